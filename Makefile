@@ -1,0 +1,37 @@
+# Two entry points for a fresh machine (see README.md):
+#   make demo  - install everything, start a local Kafka broker, sink sample events into a local Delta table
+#   make test  - install everything and run the whole test suite against a real broker and real Delta tables
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test unit clean-cache kafka-start kafka-stop bench
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "lakesink needs Python 3.10 or newer: install it and run make again.")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+	$(BIN)/lakesink deps
+
+demo: setup
+	$(BIN)/lakesink demo
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+kafka-start: setup
+	$(BIN)/lakesink kafka start
+
+kafka-stop: $(STAMP)
+	$(BIN)/lakesink kafka stop
+
+bench: setup
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
