@@ -1,0 +1,546 @@
+"""Configuration: a Java .properties file validated into one typed, frozen LakesinkConfig.
+
+Every key is declared once, as an annotated field of LakesinkConfig: its Python type, its `Key`
+(how the text is parsed, one line of documentation) and its default. The parser, the example check
+and docs/configuration.md (`python -m connector.config --markdown`) all read that one declaration.
+"""
+
+import argparse
+import difflib
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import javaproperties
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from connector.errors import ConfigError
+
+OffsetReset = Literal["earliest", "latest"]
+Codec = Literal["snappy", "zstd", "gzip", "lz4", "none"]
+Converter = Literal["json", "string", "bytes"]
+Tolerance = Literal["none", "all"]
+LogFormat = Literal["text", "json"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+REDACTED = "******"
+PASS_THROUGH = {"consumer.": "consumer_overrides", "producer.": "producer_overrides", "spark.": "spark_conf"}
+"""Key prefix -> the LakesinkConfig attribute that collects those keys."""
+
+_SECRET = re.compile(r"password|secret|token|jaas|key\.pem|keystore|truststore\.password|sasl\.jaas", re.IGNORECASE)
+_ENV_REF = re.compile(r"\$\{env:([^}]*)\}")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_KAFKA_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OWNED_BY_LAKESINK = {
+    "consumer.bootstrap.servers": "kafka.bootstrap.servers",
+    "producer.bootstrap.servers": "kafka.bootstrap.servers",
+    "consumer.group.id": "kafka.group.id",
+    "consumer.auto.offset.reset": "kafka.auto.offset.reset",
+}
+
+
+def is_secret(key: str) -> bool:
+    """True when a key's value must never be logged or shown."""
+    return _SECRET.search(key) is not None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How the text of a value is parsed. `parse` raises ValueError("expected ..., got '...'")."""
+
+    label: str
+    parse: Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class Key:
+    """Field metadata that makes a LakesinkConfig attribute a configuration key."""
+
+    kind: Kind
+    doc: str
+    derived_default: str | None = None
+
+
+def _integer(label: str, expected: str, low: int, high: int | None = None) -> Kind:
+    def parse(text: str) -> int:
+        if not _INTEGER.fullmatch(text) or int(text) < low or (high is not None and int(text) > high):
+            raise ValueError(f"expected {expected}, got {text!r}")
+        return int(text)
+
+    return Kind(label, parse)
+
+
+def _choice(options: Sequence[str], aliases: Mapping[str, str] | None = None) -> Kind:
+    lookup = {option.lower(): option for option in options}
+    lookup.update({alias.lower(): option for alias, option in (aliases or {}).items()})
+
+    def parse(text: str) -> str:
+        try:
+            return lookup[text.lower()]
+        except KeyError:
+            raise ValueError(f"expected one of {', '.join(options)}, got {text!r}") from None
+
+    return Kind(" | ".join(options), parse)
+
+
+def _matching(label: str, pattern: re.Pattern[str], expected: str) -> Kind:
+    def parse(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise ValueError(f"expected {expected}, got {text!r}")
+        return text
+
+    return Kind(label, parse)
+
+
+def _parse_bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+def _parse_text(text: str) -> str:
+    if not text:
+        raise ValueError("expected a value, got ''")
+    return text
+
+
+def _split(text: str) -> tuple[str, ...]:
+    items = tuple(item.strip() for item in text.split(","))
+    if "" in items:
+        raise ValueError(f"expected comma-separated names without empty entries, got {text!r}")
+    return items
+
+
+def _parse_topics(text: str) -> tuple[str, ...]:
+    if not text:
+        raise ValueError("expected at least one topic name, got ''")
+    topics = tuple(TOPIC.parse(topic) for topic in _split(text))
+    repeated = sorted({topic for topic in topics if topics.count(topic) > 1})
+    if repeated:
+        raise ValueError(f"topic {repeated[0]!r} is listed more than once")
+    return topics
+
+
+def _parse_fields(text: str) -> tuple[str, ...]:
+    return _split(text) if text else ()
+
+
+def _parse_optional_topic(text: str) -> str | None:
+    return TOPIC.parse(text) if text else None
+
+
+TEXT = Kind("string", _parse_text)
+BOOL = Kind("bool", _parse_bool)
+NAME = _matching("name", _KAFKA_NAME, "a name of letters, digits, '.', '_' or '-'")
+TOPIC = _matching("topic", _KAFKA_NAME, "a Kafka topic name of letters, digits, '.', '_' or '-'")
+TOPICS = Kind("list of topics", _parse_topics)
+OPTIONAL_TOPIC = Kind("topic", _parse_optional_topic)
+FIELDS = Kind("list of columns", _parse_fields)
+IDENTIFIER = _matching("identifier", _IDENTIFIER, "an identifier (a letter or '_', then letters, digits or '_')")
+POSITIVE = _integer("int > 0", "a positive integer", 1)
+NON_NEGATIVE = _integer("int ≥ 0", "a non-negative integer", 0)
+PORT = _integer("int 0–65535", "a port number from 0 to 65535", 0, 65535)
+CONVERTER = _choice(
+    get_args(Converter),
+    {
+        "org.apache.kafka.connect.json.JsonConverter": "json",
+        "org.apache.kafka.connect.storage.StringConverter": "string",
+        "org.apache.kafka.connect.converters.ByteArrayConverter": "bytes",
+    },
+)
+
+
+class LakesinkConfig(BaseModel):
+    """The validated configuration. Attribute names are the dotted keys with '.' replaced by '_'."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    name: Annotated[str, Key(NAME, "Connector name; also the Delta txnAppId and the key of control messages.")]
+    kafka_bootstrap_servers: Annotated[str, Key(TEXT, "Kafka brokers to connect to, as `host:port[,host:port...]`.")]
+    kafka_topic_names: Annotated[tuple[str, ...], Key(TOPICS, "Comma-separated source topics sunk into the table.")]
+    kafka_group_id: Annotated[
+        str,
+        Key(
+            TEXT,
+            "Consumer group of the workers; its offsets serve lag monitoring only (the table holds the truth).",
+            derived_default="lakesink-<name>",
+        ),
+    ]
+    kafka_auto_offset_reset: Annotated[
+        OffsetReset,
+        Key(_choice(get_args(OffsetReset)), "Where a partition with no committed offset in the table starts."),
+    ] = "earliest"
+
+    control_topic_name: Annotated[
+        str,
+        Key(TOPIC, "Single-partition topic of the coordinator/participant protocol; connectors may share it."),
+    ] = "lakesink-control"
+    transaction_interval_ms: Annotated[
+        int, Key(POSITIVE, "How long a transaction collects records before the coordinator commits it.")
+    ] = 60000
+    coordinator_writestatus_timeout_ms: Annotated[
+        int,
+        Key(
+            POSITIVE,
+            "How long the coordinator waits for every partition's write status before it discards the "
+            "transaction and starts a new one.",
+        ),
+    ] = 300000
+    write_retry_timeout_ms: Annotated[
+        int,
+        Key(NON_NEGATIVE, "How long a failing write is retried before its error is raised; 0 disables retries."),
+    ] = 60000
+    retry_backoff_ms: Annotated[int, Key(NON_NEGATIVE, "Pause between two retries of a failing write.")] = 1000
+    shutdown_timeout_ms: Annotated[
+        int, Key(POSITIVE, "How long a graceful stop (SIGTERM) may spend draining and committing.")
+    ] = 30000
+
+    target_base_path: Annotated[
+        str, Key(TEXT, "Directory or URI (file:, s3a:, abfss: ...) under which the table lives.")
+    ]
+    target_table_name: Annotated[
+        str, Key(IDENTIFIER, "Delta table name; the table lives at `<target.base.path>/<target.table.name>`.")
+    ]
+    target_database_name: Annotated[str, Key(IDENTIFIER, "Database (schema) the table belongs to.")] = "default"
+    partition_field_name: Annotated[
+        tuple[str, ...],
+        Key(FIELDS, "Comma-separated columns the table is partitioned by; empty for an unpartitioned table."),
+    ] = ()
+
+    flush_size: Annotated[
+        int, Key(POSITIVE, "Records buffered in memory per partition before they are spilled to a staged file.")
+    ] = 100000
+    buffer_max_bytes: Annotated[
+        int, Key(POSITIVE, "Bytes buffered in memory per partition before they are spilled to a staged file.")
+    ] = 67108864
+    parquet_codec: Annotated[Codec, Key(_choice(get_args(Codec)), "Compression of the Parquet data files.")] = "snappy"
+    max_record_bytes: Annotated[
+        int, Key(POSITIVE, "Largest record (key and value bytes) accepted; a larger record is a record error.")
+    ] = 1048576
+
+    value_converter: Annotated[
+        Converter,
+        Key(
+            CONVERTER,
+            "How record values are decoded: json (fields become columns), string or bytes; "
+            "the Kafka Connect converter class names are accepted too.",
+        ),
+    ] = "json"
+    connect_meta_data: Annotated[
+        bool,
+        Key(
+            BOOL,
+            "Add `_kafka_topic`, `_kafka_partition`, `_kafka_offset`, `_kafka_timestamp` and `_kafka_key` columns "
+            "to every row.",
+        ),
+    ] = True
+
+    errors_tolerance: Annotated[
+        Tolerance,
+        Key(
+            _choice(get_args(Tolerance)),
+            "`none`: a record error stops the connector; `all`: the record goes to the dead-letter topic.",
+        ),
+    ] = "none"
+    errors_deadletterqueue_topic_name: Annotated[
+        str | None,
+        Key(
+            OPTIONAL_TOPIC,
+            "Dead-letter topic for records that fail conversion; required when `errors.tolerance=all`.",
+        ),
+    ] = None
+    errors_deadletterqueue_context_headers_enable: Annotated[
+        bool,
+        Key(BOOL, "Add headers naming the source topic, partition, offset and the error to dead-letter records."),
+    ] = True
+    schema_evolution: Annotated[
+        bool,
+        Key(
+            BOOL,
+            "Allow new columns to be added to the table (Delta mergeSchema); when false a record with a new "
+            "field or a changed type is a record error.",
+        ),
+    ] = False
+
+    metrics_port: Annotated[int, Key(PORT, "Port of the HTTP server for `/metrics` and `/health`; 0 disables it.")] = 0
+    log_format: Annotated[
+        LogFormat, Key(_choice(get_args(LogFormat)), "`text` for people, `json` for log shippers.")
+    ] = "text"
+    log_level: Annotated[LogLevel, Key(_choice(get_args(LogLevel)), "Lowest level logged.")] = "INFO"
+
+    spark_master: Annotated[
+        str, Key(TEXT, "Master URL of the coordinator's Spark session: `local[*]` or a cluster URL.")
+    ] = "local[*]"
+
+    consumer_overrides: dict[str, str] = Field(default_factory=dict)
+    producer_overrides: dict[str, str] = Field(default_factory=dict)
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_group_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "kafka_group_id" not in data and isinstance(data.get("name"), str):
+            return {**data, "kafka_group_id": f"lakesink-{data['name']}"}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "LakesinkConfig":
+        problems = _cross_check(vars(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def table_path(self) -> str:
+        """Where the Delta table lives: the base path joined with the table name."""
+        return f"{self.target_base_path.rstrip('/')}/{self.target_table_name}"
+
+    def describe(self) -> dict[str, str]:
+        """Every key and its value as .properties text, secrets shown as ******: for logs and status output."""
+        shown = {setting.name: _render(getattr(self, setting.attr)) for setting in SETTINGS}
+        for prefix, attr in PASS_THROUGH.items():
+            for key, value in sorted(getattr(self, attr).items()):
+                shown[_full_key(prefix, key)] = value
+        return {key: REDACTED if is_secret(key) else value for key, value in shown.items()}
+
+    def __repr_args__(self) -> Any:
+        for attr, value in super().__repr_args__():
+            prefix = next((p for p, a in PASS_THROUGH.items() if a == attr), None)
+            if prefix is not None:
+                yield attr, {k: REDACTED if is_secret(_full_key(prefix, k)) else v for k, v in value.items()}
+            elif attr is not None and is_secret(attr.replace("_", ".")):
+                yield attr, REDACTED
+            else:
+                yield attr, value
+
+
+def _stored_key(prefix: str, key: str) -> str:
+    """spark_conf keeps whole keys (as Spark wants them); the Kafka overrides drop their prefix (as librdkafka does)."""
+    return key if prefix == "spark." else key[len(prefix) :]
+
+
+def _full_key(prefix: str, stored: str) -> str:
+    return stored if prefix == "spark." else prefix + stored
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key as read from the LakesinkConfig declaration."""
+
+    name: str
+    attr: str
+    kind: Kind
+    doc: str
+    required: bool
+    default: Any
+    default_text: str
+    """The default as .properties text ('' when unset)."""
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return "" if value is None else str(value)
+
+
+def _settings() -> tuple[Setting, ...]:
+    settings = []
+    for attr, field in LakesinkConfig.model_fields.items():
+        key = next((meta for meta in field.metadata if isinstance(meta, Key)), None)
+        if key is None:
+            continue
+        has_default = not field.is_required()
+        default = field.get_default() if has_default else None
+        settings.append(
+            Setting(
+                name=attr.replace("_", "."),
+                attr=attr,
+                kind=key.kind,
+                doc=key.doc,
+                required=not has_default and key.derived_default is None,
+                default=default,
+                default_text=key.derived_default or _render(default),
+            )
+        )
+    return tuple(settings)
+
+
+SETTINGS: tuple[Setting, ...] = _settings()
+SETTINGS_BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
+
+
+def _cross_check(values: Mapping[str, Any]) -> list[str]:
+    """Problems that involve more than one key; `values` holds parsed attributes (missing ones are skipped)."""
+    problems = []
+    dlq = values.get("errors_deadletterqueue_topic_name")
+    control = values.get("control_topic_name")
+    if values.get("errors_tolerance") == "all" and dlq is None:
+        problems.append(
+            "errors.deadletterqueue.topic.name: required when errors.tolerance=all, "
+            "so that records which fail conversion are kept"
+        )
+    for key, topic in (("control.topic.name", control), ("errors.deadletterqueue.topic.name", dlq)):
+        if topic is not None and topic in values.get("kafka_topic_names", ()):
+            problems.append(f"{key}: {topic!r} is also a source topic in kafka.topic.names; use a topic of its own")
+    if dlq is not None and dlq == control:
+        problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
+    return problems
+
+
+def _unknown_key(key: str) -> str:
+    guess = difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
+    head, _, rest = key.partition(".")
+    prefixes = [prefix.rstrip(".") for prefix in PASS_THROUGH]
+    if not guess and rest and (close := difflib.get_close_matches(head, prefixes, n=1)):
+        guess = [f"{close[0]}.{rest}"]
+    if guess:
+        return f"unknown key {key!r} (did you mean {guess[0]!r}?)"
+    return (
+        f"unknown key {key!r} (see docs/configuration.md; Kafka client and Spark settings "
+        "take the prefix consumer., producer. or spark.)"
+    )
+
+
+def _substitute(key: str, raw: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    missing: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        variable = match.group(1)
+        if variable in env:
+            return env[variable]
+        missing.append(f"{key}: environment variable {variable!r} is not set (referenced as {match.group(0)})")
+        return match.group(0)
+
+    return _ENV_REF.sub(replace, raw).strip(), missing
+
+
+def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None) -> LakesinkConfig:
+    """Validate raw key/value text (as read from a .properties file); `env` defaults to os.environ."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {attr: {} for attr in PASS_THROUGH.values()}
+    problems: list[str] = []
+    for key, raw in d.items():
+        setting = SETTINGS_BY_NAME.get(key)
+        prefix = next((p for p in PASS_THROUGH if key.startswith(p)), None)
+        if setting is None and prefix is None:
+            problems.append(_unknown_key(key))
+            continue
+        if key == prefix:
+            problems.append(f"{key}: expected a setting name after the prefix {prefix!r}")
+            continue
+        if key in _OWNED_BY_LAKESINK:
+            problems.append(f"{key}: set {_OWNED_BY_LAKESINK[key]} instead")
+            continue
+        text, missing = _substitute(key, raw, env)
+        if missing:
+            problems.extend(missing)
+        elif setting is not None:
+            try:
+                values[setting.attr] = setting.kind.parse(text)
+            except ValueError as error:
+                problems.append(f"{key}: {error}")
+        elif prefix is not None:
+            values[PASS_THROUGH[prefix]][_stored_key(prefix, key)] = text
+    problems.extend(
+        f"{s.name}: required key is not set ({s.doc.rstrip('.')})" for s in SETTINGS if s.required and s.name not in d
+    )
+    defaults = {s.attr: s.default for s in SETTINGS if not s.required}
+    problems.extend(_cross_check({**defaults, **values}))
+    if problems:
+        raise ConfigError(problems)
+    return LakesinkConfig.model_validate(values)
+
+
+def _read_properties(text: str) -> tuple[dict[str, str], list[str]]:
+    raw: dict[str, str] = {}
+    problems: list[str] = []
+    for element in javaproperties.parse(text):
+        if isinstance(element, javaproperties.KeyValue):
+            if element.key in raw:
+                problems.append(f"{element.key}: set more than once (the file must set each key once)")
+            raw[element.key] = element.value
+    return raw, problems
+
+
+def load_config(path_or_text: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> LakesinkConfig:
+    """Load a .properties file, or .properties text (a str containing a newline), into a LakesinkConfig."""
+    if isinstance(path_or_text, str) and "\n" in path_or_text:
+        text = path_or_text
+    else:
+        path = Path(path_or_text)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config file {str(path)!r} cannot be read: {error}") from None
+    raw, problems = _read_properties(text)
+    try:
+        config = config_from_dict(raw, env)
+    except ConfigError as error:
+        raise ConfigError(problems + error.problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def validate_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> list[str]:
+    """Every problem of a config file; empty when it is valid."""
+    try:
+        load_config(Path(path), env)
+    except ConfigError as error:
+        return error.problems
+    return []
+
+
+_MARKDOWN_HEADER = """\
+# Configuration reference
+
+<!-- Generated by `python -m connector.config --markdown > docs/configuration.md`; do not edit by hand. -->
+
+lakesink reads one Java `.properties` file; `config/lakesink.properties` is a commented example.
+Every problem in the file is reported at once, and an unknown key is rejected with a suggestion.
+
+- **Environment variables**: `${env:VAR}` anywhere in a value is replaced by the variable `VAR`
+  (a variable that is not set is a configuration error). Use it for secrets.
+- **Pass-through prefixes**: `consumer.*` and `producer.*` keys go, without their prefix, to the
+  librdkafka consumer and producer (e.g. `consumer.security.protocol=SASL_SSL`); every `spark.*` key
+  other than `spark.master` goes to the Spark session as it is (e.g. `spark.driver.memory=4g`).
+  Servers, group id and offset reset are set by the `kafka.*` keys only.
+- **Secrets**: the value of any key whose name contains `password`, `secret`, `token`, `jaas`,
+  `key.pem` or `keystore` is shown as `******` in logs and status output.
+- Booleans are `true` or `false`; durations are integers in milliseconds (`*.ms`).
+
+"""
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown() -> str:
+    """The reference table of every key, as committed in docs/configuration.md."""
+    rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = "**required**" if s.required else f"`{s.default_text}`" if s.default_text else "(none)"
+        rows.append(f"| `{s.name}` | {_cell(s.kind.label)} | {_cell(default)} | {_cell(s.doc)} |")
+    return _MARKDOWN_HEADER + "\n".join(rows) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m connector.config", description="lakesink configuration keys")
+    parser.add_argument("--markdown", action="store_true", required=True, help="print the reference table")
+    parser.parse_args(argv)
+    sys.stdout.write(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
