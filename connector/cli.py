@@ -1,0 +1,82 @@
+"""`lakesink` command line: exit 0 clean, 1 failure, 2 usage or invalid configuration."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from connector.errors import ConfigError, LakesinkError
+
+
+def _cmd_deps(args) -> int:
+    from connector import jars
+
+    for bundle in (jars.kafka_jars, jars.delta_jars):
+        found = bundle()
+        print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
+    return 0
+
+
+def _cmd_kafka(args) -> int:
+    from connector import kafka_local
+
+    if args.action == "start":
+        st = kafka_local.start_detached(port=args.port, timeout_s=args.timeout)
+        print(f"Kafka broker running: bootstrap.servers={st.bootstrap} (pid {st.pid}, data in {st.data_dir})")
+    elif args.action == "stop":
+        st = kafka_local.stop_detached()
+        print(f"Kafka broker on {st.bootstrap} stopped." if st else "No Kafka broker started by lakesink is running.")
+    else:
+        st = kafka_local.running_broker()
+        print(f"running: bootstrap.servers={st.bootstrap} (pid {st.pid})" if st else "not running")
+        return 0 if st else 1
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from connector import demo
+
+    return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakesink", description="Sink Kafka topics into Delta tables exactly once.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("deps", help="fetch the Kafka and Delta jars from Maven Central into the cache (once)")
+    p.set_defaults(func=_cmd_deps)
+
+    p = sub.add_parser("kafka", help="start/stop a local Kafka broker (KRaft) on 127.0.0.1")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=9092, help="listener port (0 picks a free one; default 9092)")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the broker to answer")
+    p.set_defaults(func=_cmd_kafka)
+
+    p = sub.add_parser("demo", help="the embedded default: local broker, sample events, sink into a local Delta table")
+    p.add_argument("--records", type=int, default=20000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--keep-broker", action="store_true", help="leave the demo broker running afterwards")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"lakesink: {exc}", file=sys.stderr)
+        return 2
+    except LakesinkError as exc:
+        print(f"lakesink: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

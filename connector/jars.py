@@ -1,0 +1,192 @@
+"""Java dependencies resolved from Maven Central with Maven, once, into an ignored cache folder.
+
+Two bundles: the Kafka broker (server modules plus the log4j2 backend and its slf4j 1.x binding, which the broker's POM leaves out)
+and the Delta jars for the pinned delta-spark. Spark itself comes with pyspark; nothing Spark already ships
+is added twice.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from connector.errors import SetupError
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.25.2"
+DELTA_VERSION = "4.4.0"
+SCALA_BINARY = "2.13"
+SPARK_VERSION = "4.2.0"
+
+MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    group: str
+    artifact: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Bundle:
+    name: str
+    artifacts: tuple[Artifact, ...]
+    # groupIds (or group:artifact) left out because the runtime already ships them
+    excludes: tuple[str, ...] = ()
+
+
+KAFKA_BUNDLE = Bundle(
+    f"kafka-{KAFKA_VERSION}",
+    (
+        Artifact("org.apache.kafka", f"kafka_{SCALA_BINARY}", KAFKA_VERSION),
+        Artifact("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+        Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+    ),
+)
+
+DELTA_BUNDLE = Bundle(
+    f"delta-{DELTA_VERSION}",
+    (Artifact("io.delta", f"delta-spark_{SCALA_BINARY}", DELTA_VERSION),),
+)
+
+SPARK_KAFKA_BUNDLE = Bundle(
+    f"spark-sql-kafka-{SPARK_VERSION}",
+    (Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA_BINARY}", SPARK_VERSION),),
+)
+
+
+def cache_root() -> Path:
+    """`$LAKESINK_CACHE`, else `.cache/` of the source checkout, else `~/.cache/lakesink`."""
+    env = os.environ.get("LAKESINK_CACHE")
+    if env:
+        return Path(env).expanduser().resolve()
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / ".cache"
+    return Path.home() / ".cache" / "lakesink"
+
+
+def require_java() -> str:
+    java = shutil.which("java", path=_java_path())
+    if not java:
+        raise SetupError("Java 17 or newer is not on PATH: install OpenJDK 17 (e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME, then run again.")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    major = _java_major(out)
+    if major is not None and major < 17:
+        raise SetupError(f"Java {major} found at {java}, but Kafka 4 and Spark 4 need Java 17 or newer: install OpenJDK 17 and put it first on PATH (or set JAVA_HOME).")
+    return java
+
+
+def _java_path() -> str:
+    home = os.environ.get("JAVA_HOME")
+    path = os.environ.get("PATH", "")
+    return f"{home}/bin{os.pathsep}{path}" if home else path
+
+
+def _java_major(version_output: str) -> int | None:
+    for token in version_output.split():
+        token = token.strip('"')
+        if token[:1].isdigit():
+            head = token.split(".")[0]
+            head = token.split(".")[1] if head == "1" else head
+            try:
+                return int(head.split("-")[0].split("+")[0])
+            except ValueError:
+                return None
+    return None
+
+
+def require_maven() -> str:
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise SetupError("Maven is needed once to fetch the Kafka and Delta jars from Maven Central: install it (e.g. `apt-get install maven`) and run again.")
+    return mvn
+
+
+def _pom(bundle: Bundle) -> str:
+    deps = "\n".join(
+        f"""    <dependency>
+      <groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId><version>{a.version}</version>
+    </dependency>"""
+        for a in bundle.artifacts
+    )
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>lakesink.local</groupId>
+  <artifactId>{bundle.name}</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <repositories>
+    <repository><id>central</id><url>{MAVEN_CENTRAL}</url></repository>
+  </repositories>
+  <dependencies>
+{deps}
+  </dependencies>
+</project>
+"""
+
+
+def resolve(bundle: Bundle, skip_present_in: Path | None = None) -> list[Path]:
+    """Jars of `bundle`, fetched with Maven on first use. Jars whose artifact is already in
+    `skip_present_in` (Spark's own jars folder) are dropped so the classpath holds one copy of each."""
+    target = cache_root() / "jars" / bundle.name
+    done = target / ".complete"
+    if not done.exists():
+        _fetch(bundle, target)
+    jars = sorted((target / "lib").glob("*.jar"))
+    if skip_present_in is not None:
+        present = {_artifact_of(p.name) for p in skip_present_in.glob("*.jar")}
+        jars = [j for j in jars if _artifact_of(j.name) not in present]
+    return jars
+
+
+def _artifact_of(jar_name: str) -> str:
+    """`jackson-core-2.18.2.jar` -> `jackson-core`: strip the version (first dash-part starting with a digit)."""
+    parts = jar_name[: -len(".jar")].split("-")
+    for i, part in enumerate(parts):
+        if i and part[:1].isdigit():
+            return "-".join(parts[:i])
+    return "-".join(parts)
+
+
+def _fetch(bundle: Bundle, target: Path) -> None:
+    require_java()
+    mvn = require_maven()
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    (target / "pom.xml").write_text(_pom(bundle))
+    log.info("fetching %s from Maven Central (once) into %s", bundle.name, target)
+    cmd = [mvn, "-B", "-q", "-f", str(target / "pom.xml"),
+           "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+           f"-DoutputDirectory={target / 'lib'}", "-DincludeScope=runtime"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"Maven could not fetch {bundle.name} from Maven Central (is the network to it open?); its last lines:\n{tail}")
+    (target / ".complete").write_text("ok\n")
+
+
+def spark_jars_dir() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def delta_jars() -> list[Path]:
+    return resolve(DELTA_BUNDLE, skip_present_in=spark_jars_dir())
+
+
+def kafka_jars() -> list[Path]:
+    return resolve(KAFKA_BUNDLE)
+
+
+def spark_kafka_jars() -> list[Path]:
+    return resolve(SPARK_KAFKA_BUNDLE, skip_present_in=spark_jars_dir())

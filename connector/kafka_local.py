@@ -1,0 +1,275 @@
+"""A real Apache Kafka broker (KRaft, one combined broker + controller) on 127.0.0.1, from Maven Central jars.
+
+`LocalKafka` formats a data directory with `kafka.tools.StorageTool`, starts `kafka.Kafka`, waits until the
+broker answers metadata requests, and stops it cleanly. The CLI (`lakesink kafka start|stop|status`) and the
+test fixture both use it.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from connector import jars
+from connector.errors import SetupError
+
+HOST = "127.0.0.1"
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = {level}
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+@dataclass
+class BrokerState:
+    pid: int
+    port: int
+    controller_port: int
+    data_dir: str
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+class LocalKafka:
+    """One broker process. `start()` returns once it answers; `stop()` ends it (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, data_dir: Path, port: int = 0, heap: str = "512m", startup_timeout_s: float = 90.0):
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.heap = heap
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "logs" / "server.log"
+
+    def _write_config(self) -> Path:
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        conf = self.data_dir / "server.properties"
+        conf.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@{HOST}:{self.controller_port}",
+            f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://{HOST}:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={self.data_dir / 'kraft-logs'}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=4",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=true",
+            "log.retention.hours=-1",
+            "log.segment.bytes=104857600",
+            "",
+        ]))
+        (self.data_dir / "log4j2.properties").write_text(
+            _LOG4J2.format(log=logs / "server.log", level=os.environ.get("LAKESINK_KAFKA_LOG_LEVEL", "INFO")))
+        return conf
+
+    def _java_cmd(self, main: str, *args: str) -> list[str]:
+        java = jars.require_java()
+        classpath = os.pathsep.join(str(p) for p in jars.kafka_jars())
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
+                "-cp", classpath, main, *args]
+
+    def start(self) -> "LocalKafka":
+        if port_in_use(self.port):
+            raise SetupError(f"port {self.port} on {HOST} is already in use: stop whatever listens there (a broker from `lakesink kafka start`? run `lakesink kafka stop`) or choose another port with --port.")
+        conf = self._write_config()
+        if not (self.data_dir / "kraft-logs" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)),
+                                 capture_output=True, text=True)
+            if fmt.returncode != 0:
+                raise SetupError(f"formatting the Kafka data directory {self.data_dir} failed: {(fmt.stdout + fmt.stderr).strip()[-500:]}")
+        out = open(self.data_dir / "logs" / "stdout.log", "ab")
+        self.proc = subprocess.Popen(self._java_cmd("kafka.Kafka", str(conf)), stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        out.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + self.startup_timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0,
+                             "logger": _silent_logger()})
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise SetupError(f"the Kafka broker exited with code {self.proc.returncode} while starting: see {self.log_file} and {self.data_dir / 'logs' / 'stdout.log'}.")
+            try:
+                md = admin.list_topics(timeout=2)
+                if md.brokers:
+                    return
+            except Exception:  # noqa: BLE001 - not up yet; the deadline bounds the wait
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise SetupError(f"the Kafka broker did not answer on {self.bootstrap} within {self.startup_timeout_s:g} s: see {self.log_file}; on a slow machine raise the limit with --timeout.")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.proc is None:
+            return
+        stop_pid(self.proc.pid, timeout_s)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL, for broker-restart tests."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> "LocalKafka":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:
+    """SIGTERM the process group, SIGKILL it after `timeout_s`. False when it was not running."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.2)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _silent_logger():
+    import logging
+
+    logger = logging.getLogger("lakesink.kafka_local.admin")
+    logger.setLevel(logging.CRITICAL)
+    return logger
+
+
+# --- the detached broker of `lakesink kafka start|stop|status` -------------------------------------------------
+
+def state_dir() -> Path:
+    return jars.cache_root() / "kafka"
+
+
+def _state_file() -> Path:
+    return state_dir() / "broker.json"
+
+
+def running_broker() -> BrokerState | None:
+    f = _state_file()
+    if not f.exists():
+        return None
+    st = BrokerState(**json.loads(f.read_text()))
+    if not _alive(st.pid):
+        f.unlink()
+        return None
+    return st
+
+
+def start_detached(port: int = 9092, timeout_s: float = 90.0) -> BrokerState:
+    existing = running_broker()
+    if existing:
+        return existing
+    broker = LocalKafka(state_dir() / "data", port=port, startup_timeout_s=timeout_s)
+    broker.start()
+    st = BrokerState(broker.proc.pid,  # type: ignore[union-attr] - start() set it or raised
+ broker.port, broker.controller_port, str(broker.data_dir))
+    _state_file().write_text(json.dumps(st.__dict__))
+    return st
+
+
+def stop_detached() -> BrokerState | None:
+    st = running_broker()
+    if st is None:
+        return None
+    stop_pid(st.pid)
+    _state_file().unlink(missing_ok=True)
+    return st

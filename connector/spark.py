@@ -1,0 +1,46 @@
+"""The one SparkSession factory: Delta extension and catalog, jars from Maven Central, loopback only."""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Mapping
+
+from connector import jars
+
+_DEFAULTS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    "spark.sql.parquet.compression.codec": "snappy",
+    # Keep Spark off Ivy entirely: every jar is on spark.jars.
+    "spark.jars.ivySettings": "",
+}
+
+
+def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mapping[str, str] | None = None,
+              extra_jars: list[str] | None = None):
+    """Return the process's SparkSession, creating it with Delta on first call (later calls reuse it)."""
+    jars.require_java()
+    from pyspark.sql import SparkSession
+
+    all_jars = [str(p) for p in jars.delta_jars()] + list(extra_jars or [])
+    builder = SparkSession.builder.appName(app_name).master(master)
+    settings = dict(_DEFAULTS)
+    settings["spark.jars"] = ",".join(all_jars)
+    settings["spark.sql.warehouse.dir"] = os.path.join(tempfile.gettempdir(), "lakesink-spark-warehouse")
+    settings.update(conf or {})
+    for key, value in settings.items():
+        if value != "":
+            builder = builder.config(key, value)
+    os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("LAKESINK_SPARK_LOG_LEVEL", "WARN"))
+    return spark

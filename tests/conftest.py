@@ -1,0 +1,61 @@
+"""Session-wide real infrastructure: one Kafka broker and one SparkSession per test session."""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """The LocalKafka of this session, or None when tests run against an external broker."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        yield None
+        return
+    from connector.kafka_local import LocalKafka
+
+    broker = LocalKafka(tmp_path_factory.mktemp("kafka"), heap="768m")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker) -> str:
+    return os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def admin(kafka_bootstrap):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+@pytest.fixture
+def make_topic(admin):
+    """Create a uuid-named topic with N partitions; returns its name."""
+    from tests.support import create_topic
+
+    def make(partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        create_topic(admin, name, partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from connector.spark import get_spark
+
+    session = get_spark("lakesink-tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def table_path(tmp_path) -> Path:
+    return tmp_path / f"table_{uuid.uuid4().hex[:8]}"
