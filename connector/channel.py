@@ -1,0 +1,151 @@
+"""All control-topic I/O: create/check the topic, produce, consume, decode, filter by connector.
+
+The coordinator and participant state machines never touch Kafka; they get decoded messages from here and
+hand back what to send. Several connectors may share one control topic: messages are keyed by connector name
+and every other connector's messages are dropped here (counted).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from connector.errors import ProtocolError, SetupError
+from connector.messages import DecodeError, EndCommit, Message, StartCommit, UnknownMessageType, decode, encode
+
+log = logging.getLogger(__name__)
+
+CONTROL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
+
+
+def ensure_control_topic(admin: AdminClient, topic: str, timeout_s: float = 30.0) -> None:
+    """Create the single-partition control topic when missing; refuse one with more than one partition."""
+    md = admin.list_topics(topic=topic, timeout=timeout_s)
+    tmd = md.topics.get(topic)
+    if tmd is None or (tmd.error is not None and tmd.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                                config=CONTROL_TOPIC_CONFIG)])
+        try:
+            futures[topic].result(timeout_s)
+            log.info("created control topic %s", topic)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise SetupError(f"cannot create control topic {topic!r}: {exc.args[0].str()}; create it with one "
+                                 f"partition or grant this client CREATE on the cluster") from None
+        md = admin.list_topics(topic=topic, timeout=timeout_s)
+        tmd = md.topics.get(topic)
+    if tmd is None or tmd.error is not None:
+        raise SetupError(f"control topic {topic!r} is not available: {tmd.error if tmd else 'no metadata'}")
+    if len(tmd.partitions) != 1:
+        raise ProtocolError(f"control topic {topic!r} has {len(tmd.partitions)} partitions; the protocol needs exactly "
+                            f"one so that every role sees one order of messages: use a new single-partition topic "
+                            f"(control.topic.name)")
+
+
+@dataclass
+class ControlChannel:
+    bootstrap: str
+    topic: str
+    connector: str
+    role: str
+    producer_overrides: dict[str, str] = field(default_factory=dict)
+    consumer_overrides: dict[str, str] = field(default_factory=dict)
+    stats: Counter = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        common = {"bootstrap.servers": self.bootstrap}
+        self._admin = AdminClient({**common, **self.consumer_overrides})
+        ensure_control_topic(self._admin, self.topic)
+        self._producer = Producer({**common, "acks": "all", "enable.idempotence": True, "linger.ms": 0,
+                                   **self.producer_overrides})
+        self._consumer = Consumer({**common, "group.id": f"lakesink-control-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "auto.offset.reset": "latest",
+                                   "enable.partition.eof": False, "fetch.wait.max.ms": 10,
+                                   **self.consumer_overrides})
+        self._tp = TopicPartition(self.topic, 0)
+        self._replay: list[Message] = []
+
+    def open(self, replay_last: int = 0) -> "ControlChannel":
+        """Start reading at the end; with `replay_last` > 0 first return this connector's newest START-COMMIT
+        among that many latest messages, unless an END-COMMIT for it followed (a worker joining mid-txn)."""
+        low, high = self._consumer.get_watermark_offsets(self._tp, timeout=30)
+        if replay_last > 0 and high > low:
+            self._replay = self._latest_open_start(max(low, high - replay_last), high)
+        self._consumer.assign([TopicPartition(self.topic, 0, high if high >= 0 else OFFSET_END)])
+        return self
+
+    def _latest_open_start(self, start: int, end: int) -> list[Message]:
+        self._consumer.assign([TopicPartition(self.topic, 0, start)])
+        latest: StartCommit | None = None
+        position = start
+        while position < end:
+            batch = self._consumer.consume(500, timeout=2.0)
+            if not batch:
+                break
+            for raw in batch:
+                if raw.error() is not None:
+                    continue
+                position = raw.offset() + 1
+                msg = self._decode(raw.value())
+                if isinstance(msg, StartCommit):
+                    latest = msg
+                elif isinstance(msg, EndCommit) and latest is not None and (msg.epoch, msg.txn) == (latest.epoch, latest.txn):
+                    latest = None
+        self._consumer.unassign()
+        return [latest] if latest is not None else []
+
+    def send(self, msg: Message, flush: bool = True) -> None:
+        if msg.connector != self.connector:
+            raise ProtocolError(f"{self.role} of {self.connector!r} tried to send a message of {msg.connector!r}")
+        self._producer.produce(self.topic, key=self.connector.encode(), value=encode(msg), partition=0)
+        self.stats[f"sent_{type(msg).__name__}"] += 1
+        if flush:
+            self.flush()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        remaining = self._producer.flush(timeout_s)
+        if remaining:
+            raise ProtocolError(f"{remaining} control message(s) not delivered to {self.topic!r} within {timeout_s:g} s")
+
+    def poll(self, timeout_s: float = 0.1, max_messages: int = 500) -> list[Message]:
+        """Decoded messages of this connector, in control-topic order. Garbage is counted, never raised."""
+        if self._replay:
+            out, self._replay = self._replay, []
+            return out
+        out: list[Message] = []
+        for raw in self._consumer.consume(max_messages, timeout=timeout_s):
+            err = raw.error()
+            if err is not None:
+                self.stats["consume_errors"] += 1
+                log.debug("control topic consume error: %s", err)
+                continue
+            if raw.key() is not None and raw.key() != self.connector.encode():
+                self.stats["other_connector"] += 1
+                continue
+            msg = self._decode(raw.value())
+            if msg is None:
+                continue
+            if msg.connector != self.connector:
+                self.stats["other_connector"] += 1
+                continue
+            out.append(msg)
+        return out
+
+    def _decode(self, value: bytes | None) -> Message | None:
+        try:
+            return decode(value if value is not None else b"")
+        except UnknownMessageType:
+            self.stats["unknown_type"] += 1
+        except DecodeError:
+            self.stats["undecodable"] += 1
+        return None
+
+    def close(self) -> None:
+        try:
+            self._producer.flush(5)
+        finally:
+            self._consumer.close()
