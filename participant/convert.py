@@ -1,0 +1,791 @@
+"""Kafka records to Arrow: one batch of one partition becomes one pyarrow.Table plus the records that failed.
+
+The JSON fast path joins the values with newlines and hands the whole batch to the C++ JSON reader of
+pyarrow: no per-record Python work unless a batch contains a suspicious record. Only then is the batch
+narrowed: records with raw newline bytes or odd starts are re-read on their own, and a batch the reader
+rejects is bisected until every bad record stands alone, is diagnosed in Python and becomes a
+RecordFailure. Every record of a batch ends up either as a row (in offset order) or as a failure:
+`table.num_rows + len(failures) == len(batch)`, always.
+
+Schema: once the table exists, `set_schema` gives its data schema and records are held to it (a new field
+is a failure unless `allow_new_fields`, a type that does not fit is a failure, ints fill double columns).
+Before that, the schema is inferred from the first records and held the same way, except that new fields
+grow it (there is no table yet to disagree). Partitions may infer differently: the coordinator reconciles
+their file groups with `unify` (permissive: int64 + double -> double) and `conform`.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from connector.errors import ConfigError, LakesinkError
+
+META_PREFIX = "_kafka_"
+META_FIELDS = (
+    pa.field("_kafka_topic", pa.string()),
+    pa.field("_kafka_partition", pa.int32()),
+    pa.field("_kafka_offset", pa.int64()),
+    pa.field("_kafka_timestamp", pa.timestamp("ms", tz="UTC")),
+    pa.field("_kafka_key", pa.binary()),
+)
+CONVERTERS = ("json", "string", "bytes")
+
+# RecordFailure.error_class values: stable names for dead-letter headers and metrics.
+NULL_VALUE = "NullValue"
+RECORD_TOO_LARGE = "RecordTooLarge"
+INVALID_UTF8 = "InvalidUtf8"
+MALFORMED_JSON = "MalformedJson"
+NOT_AN_OBJECT = "NotAnObject"
+RESERVED_FIELD = "ReservedField"
+NEW_FIELD = "NewField"
+TYPE_MISMATCH = "TypeMismatch"
+
+_Check = Callable[[Any], "tuple[str, list[str], Any] | None"]
+
+_MAX_PARSE_BYTES = 256 << 20
+"""Largest text handed to one read_json call (its block must hold the whole text: one block, one inference)."""
+_THREADED_PARSE_BYTES = 1 << 20
+"""Below this, read_json without its thread pool: starting it costs milliseconds."""
+
+
+class IncompatibleSchemas(LakesinkError):
+    """Two schemas (or a table and a schema) cannot be reconciled without losing data."""
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """A record that could not be converted, with its source coordinates, for the dead-letter topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
+    error_class: str
+    error_message: str
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    table: pa.Table | None
+    """Data columns then the _kafka_* columns, rows in offset order; None when no record converted."""
+    failures: list[RecordFailure]
+    first_offset: int | None
+    next_offset: int | None
+    """The batch covers [first_offset, next_offset), failed records included."""
+    bytes_in: int
+    """Total value bytes of the batch."""
+
+
+# --- schemas -------------------------------------------------------------------------------------------
+
+
+def unify(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema every given schema converts into without loss of rows or columns.
+
+    Fields keep the order of their first appearance; a field missing from some schema becomes nullable.
+    Types widen permissively: null -> anything, narrower ints -> wider, int + float -> double, timestamps to
+    the finer unit, structs merge their fields, lists unify their items. Raises IncompatibleSchemas otherwise.
+    """
+    if not schemas:
+        raise ValueError("unify needs at least one schema")
+    result = schemas[0]
+    for schema in schemas[1:]:
+        if schema.equals(result):
+            continue
+        result = pa.schema(_unify_fields(list(result), list(schema), ""), metadata=result.metadata)
+    return result
+
+
+def _unify_fields(left: list[pa.Field], right: list[pa.Field], path: str) -> list[pa.Field]:
+    by_name = {field.name: field for field in right}
+    names = {field.name for field in left}
+    fields = []
+    for field in left:
+        other = by_name.get(field.name)
+        if other is None:
+            fields.append(field.with_nullable(True))
+        else:
+            kind = _unify_types(field.type, other.type, f"{path}{field.name}")
+            fields.append(pa.field(field.name, kind, field.nullable or other.nullable, field.metadata))
+    fields.extend(field.with_nullable(True) for field in right if field.name not in names)
+    return fields
+
+
+def _unify_types(a: pa.DataType, b: pa.DataType, path: str) -> pa.DataType:
+    types = pa.types
+    if a.equals(b):
+        return a
+    if types.is_null(a):
+        return b
+    if types.is_null(b):
+        return a
+    if types.is_struct(a) and types.is_struct(b):
+        return pa.struct(_unify_fields(list(a), list(b), f"{path}."))
+    if _is_list(a) and _is_list(b):
+        item = a.value_field
+        unified = pa.field(item.name, _unify_types(item.type, b.value_type, f"{path}[]"), True)
+        return pa.large_list(unified) if types.is_large_list(a) or types.is_large_list(b) else pa.list_(unified)
+    if _numeric(a) and _numeric(b) and (types.is_floating(a) or types.is_floating(b)):
+        return pa.float64()
+    if types.is_timestamp(a) and types.is_timestamp(b) and a.tz == b.tz:
+        return a if _UNITS.index(a.unit) >= _UNITS.index(b.unit) else b
+    if not (types.is_nested(a) or types.is_nested(b)):
+        try:
+            pair = [pa.schema([("x", a)]), pa.schema([("x", b)])]
+            return pa.unify_schemas(pair, promote_options="permissive").field("x").type
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            pass
+    raise IncompatibleSchemas(f"field '{path}' is {a} in one schema and {b} in another")
+
+
+_UNITS = ("s", "ms", "us", "ns")
+
+
+def _numeric(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns, in its order: missing (nullable) columns as nulls, others
+    cast safely (no truncation, no overflow, no dropped struct fields; an int64 column widened to double
+    rounds beyond 2**53). Raises IncompatibleSchemas."""
+    if table.schema.equals(schema):
+        return table
+    extra = [name for name in table.column_names if schema.get_field_index(name) < 0]
+    if extra:
+        raise IncompatibleSchemas(f"column(s) {', '.join(map(repr, extra))} are not in the target schema; unify first")
+    columns = []
+    for field in schema:
+        index = table.schema.get_field_index(field.name)
+        if index < 0:
+            if not field.nullable:
+                raise IncompatibleSchemas(f"column '{field.name}' is required by the target schema but missing")
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(index)
+        if not column.type.equals(field.type):
+            problem = _lossy(column.type, field.type, field.name)
+            if problem:
+                raise IncompatibleSchemas(problem)
+            # int -> double rounds beyond 2**53 (as Spark's own widening does); every other cast must be exact
+            exact = not (pa.types.is_integer(column.type) and pa.types.is_floating(field.type))
+            try:
+                column = column.cast(field.type, safe=exact)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+                raise IncompatibleSchemas(f"column '{field.name}' cannot be cast to {field.type}: {error}") from None
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _lossy(source: pa.DataType, target: pa.DataType, path: str) -> str | None:
+    """Why casting would silently drop data (Arrow's struct cast drops fields the target lacks), or None."""
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        for field in source:
+            index = target.get_field_index(field.name)
+            if index < 0:
+                return f"field '{path}.{field.name}' is not in the target schema; unify first"
+            problem = _lossy(field.type, target.field(index).type, f"{path}.{field.name}")
+            if problem:
+                return problem
+    elif _is_list(source) and _is_list(target):
+        return _lossy(source.value_type, target.value_type, f"{path}[]")
+    return None
+
+
+def _parse_field(field: pa.Field, path: str, omit_null: bool) -> pa.Field | None:
+    """The field as the JSON reader can fill it (cast to the real type afterwards); None: leave it out of the
+    explicit schema so that the reader infers it (a null type there would reject every value)."""
+    types, kind = pa.types, field.type
+    if types.is_null(kind) and omit_null:
+        return None
+    if types.is_struct(kind):
+        children = [_parse_field(f, f"{path}.{f.name}", omit_null) for f in kind]
+        return field.with_type(pa.struct([f for f in children if f is not None]))
+    if _is_list(kind) or types.is_fixed_size_list(kind):
+        item = _parse_field(kind.value_field, f"{path}[]", omit_null)
+        return None if item is None else field.with_type(pa.list_(item))
+    if types.is_large_string(kind) or types.is_date(kind) or types.is_string_view(kind):
+        return field.with_type(pa.string())
+    if types.is_large_binary(kind) or types.is_binary_view(kind):
+        return field.with_type(pa.binary())
+    if types.is_map(kind) or types.is_dictionary(kind) or types.is_union(kind) or types.is_time(kind):
+        raise LakesinkError(
+            f"column '{path}' has type {kind}, which JSON records cannot fill; "
+            "use value.converter=string or a table without that column"
+        )
+    return field
+
+
+def _parse_schema(schema: pa.Schema, omit_null: bool) -> pa.Schema:
+    fields = (_parse_field(f, f.name, omit_null) for f in schema)
+    return pa.schema([f for f in fields if f is not None])
+
+
+def _grown(known: pa.DataType, parsed: pa.DataType) -> pa.DataType:
+    """The known type grown by what the reader inferred beyond it: new nested fields, types for nulls."""
+    if pa.types.is_null(known):
+        return parsed
+    if pa.types.is_struct(known) and pa.types.is_struct(parsed):
+        names = {f.name for f in known}
+        fields = [
+            f.with_type(_grown(f.type, parsed.field(i).type)) if (i := parsed.get_field_index(f.name)) >= 0 else f
+            for f in known
+        ]
+        return pa.struct(fields + [f.with_nullable(True) for f in parsed if f.name not in names])
+    if _is_list(known) and _is_list(parsed):
+        item = known.value_field
+        grown = item.with_type(_grown(item.type, parsed.value_type))
+        return pa.large_list(grown) if pa.types.is_large_list(known) else pa.list_(grown)
+    return known
+
+
+# --- the converter -------------------------------------------------------------------------------------
+
+
+class _ChunkFailed(Exception):
+    """read_json or the schema rejected a chunk of lines (internal: triggers bisection)."""
+
+
+class Converter:
+    """Converts batches of one partition's records into Arrow tables; keeps the data schema between batches.
+
+    Once a schema is known (set from the table, or inferred from the first records), every record is parsed
+    against it: a value of another type is a failure (an int fills a double column; 1.5 never fills an int64
+    one). New fields grow an inferred schema (there is no table to disagree yet); against the table's schema
+    they are failures unless allow_new_fields.
+    """
+
+    def __init__(
+        self,
+        value_converter: str = "json",
+        connect_meta_data: bool = True,
+        max_record_bytes: int = 1 << 20,
+        allow_new_fields: bool = False,
+    ):
+        if value_converter not in CONVERTERS:
+            raise ConfigError(f"value.converter: expected one of {', '.join(CONVERTERS)}, got {value_converter!r}")
+        if max_record_bytes <= 0:
+            raise ConfigError(f"max.record.bytes: expected a positive integer, got {max_record_bytes}")
+        self.value_converter = value_converter
+        self.connect_meta_data = connect_meta_data
+        self.max_record_bytes = max_record_bytes
+        self.allow_new_fields = allow_new_fields
+        self._schema: pa.Schema | None = None
+        self._from_table = False
+        self._parse_cache: tuple[pa.Schema, pa.Schema] | None = None
+        self._check_cache: tuple[pa.Schema, bool, _Check] | None = None
+
+    def set_schema(self, schema: pa.Schema | None) -> None:
+        """The table's schema, once the table exists (its _kafka_* columns are ignored when meta data is on);
+        None forgets it and infers again. The string and bytes converters have a fixed schema and ignore it."""
+        if self.value_converter != "json":
+            return
+        if schema is None:
+            self._schema, self._from_table = None, False
+            return
+        if self.connect_meta_data:
+            schema = pa.schema([f for f in schema if not f.name.startswith(META_PREFIX)], metadata=schema.metadata)
+        _parse_schema(schema, omit_null=False)  # raises for columns JSON cannot fill
+        self._schema, self._from_table = schema, True
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The current data schema: the table's (grown by new fields when allowed) or the inferred one."""
+        if self.value_converter == "string":
+            return pa.schema([("value", pa.string())])
+        if self.value_converter == "bytes":
+            return pa.schema([("value", pa.binary())])
+        return self._schema
+
+    def convert(self, messages: Sequence[Any]) -> ConvertResult:
+        """Convert confluent-kafka Messages of one partition (errors already filtered out), in offset order."""
+        if not messages:
+            return ConvertResult(None, [], None, None, 0)
+        first = messages[0]
+        stamps = [m.timestamp() for m in messages]
+        return self._convert(
+            first.topic(),
+            first.partition(),
+            [m.offset() for m in messages],
+            [stamp if kind else None for kind, stamp in stamps],  # kind 0 is TIMESTAMP_NOT_AVAILABLE
+            [m.key() for m in messages],
+            [m.value() for m in messages],
+            lambda i: messages[i].headers(),
+        )
+
+    def convert_raw(
+        self,
+        topic: str,
+        partition: int,
+        offsets: Sequence[int],
+        timestamps: Sequence[int | None],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[list[tuple[str, bytes]] | None] | None = None,
+    ) -> ConvertResult:
+        """Same as convert, from plain lists (timestamps in ms since the epoch)."""
+        lengths = {len(offsets), len(timestamps), len(keys), len(values)}
+        if len(lengths) != 1 or (headers is not None and len(headers) != len(values)):
+            raise ValueError("offsets, timestamps, keys, values (and headers) must have the same length")
+        if not values:
+            return ConvertResult(None, [], None, None, 0)
+        return self._convert(
+            topic,
+            partition,
+            list(offsets),
+            list(timestamps),
+            list(keys),
+            list(values),
+            (lambda i: headers[i]) if headers is not None else (lambda i: None),
+        )
+
+    def _convert(
+        self,
+        topic: str,
+        partition: int,
+        offsets: list[int],
+        timestamps: list[int | None],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers_of: Callable[[int], list[tuple[str, bytes]] | None],
+    ) -> ConvertResult:
+        n = len(values)
+        value_array = pa.array(values, pa.binary())
+        key_array = pa.array(keys, pa.binary())
+        value_lengths = pc.binary_length(value_array).fill_null(0)
+        bytes_in = pc.sum(value_lengths).as_py() or 0
+        rejected: dict[int, tuple[str, str]] = {}
+        if value_array.null_count:
+            for i in _true_indices(value_array.is_null()):
+                rejected[i] = (NULL_VALUE, "the value is null (a tombstone); a row needs a value")
+        sizes = pc.add(value_lengths, pc.binary_length(key_array).fill_null(0))
+        if pc.max(sizes).as_py() > self.max_record_bytes:
+            for i in _true_indices(pc.greater(sizes, self.max_record_bytes)):
+                key_size = len(keys[i] or b"")
+                rejected[i] = (
+                    RECORD_TOO_LARGE,
+                    f"the record is {key_size + len(values[i] or b'')} bytes (key {key_size}), "
+                    f"above max.record.bytes={self.max_record_bytes}",
+                )
+
+        if self.value_converter == "json":
+            data, kept = self._json(values, value_array, rejected)
+        else:
+            data, kept = self._plain(values, value_array, rejected)
+
+        failures = [
+            RecordFailure(topic, partition, offsets[i], timestamps[i], keys[i], values[i], headers_of(i), *rejected[i])
+            for i in sorted(rejected)
+        ]
+        if data is not None and self.connect_meta_data:
+            data = _with_meta(data, topic, partition, offsets, timestamps, key_array, kept)
+        rows = 0 if data is None else data.num_rows
+        if rows + len(failures) != n:
+            raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
+        return ConvertResult(data if rows else None, failures, offsets[0], offsets[-1] + 1, bytes_in)
+
+    def _plain(
+        self, values: list[bytes | None], value_array: pa.Array, rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None]:
+        """string and bytes converters: one `value` column."""
+        if self.value_converter == "string":
+            try:
+                value_array.cast(pa.string())
+            except pa.ArrowInvalid:
+                for i, value in enumerate(values):
+                    if i not in rejected and value is not None and (reason := _utf8_problem(value)):
+                        rejected[i] = (INVALID_UTF8, reason)
+        kept = _kept(len(values), rejected)
+        column = value_array if kept is None else value_array.take(pa.array(kept, pa.int64()))
+        if self.value_converter == "string":
+            column = column.cast(pa.string())
+        return (pa.table({"value": column}) if len(column) else None), kept
+
+    # --- JSON ---
+
+    def _json(
+        self, values: list[bytes | None], value_array: pa.Array, rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None]:
+        """Rows of every record not in `rejected` (which this fills further), and the indices of the records
+        they come from (None: every record)."""
+        while True:
+            kept = _kept(len(values), rejected)
+            lines = values if kept is None else [values[i] for i in kept]
+            if not lines:
+                return None, []
+            array = value_array if kept is None else value_array.take(pa.array(kept, pa.int64()))
+            joined = b"\n".join(lines)
+            try:
+                joined.decode("utf-8")
+            except UnicodeDecodeError:
+                for j, value in enumerate(lines):
+                    if reason := _utf8_problem(value):
+                        rejected[j if kept is None else kept[j]] = (INVALID_UTF8, reason)
+                continue
+            # One value, one row: with no raw newline in any value and every value starting with '{' and ending
+            # with '}', no value can continue the previous one ('{' may follow '}' only at the top level), so the
+            # row count alone shows whether some value held two objects.
+            if (
+                joined.count(b"\n") != len(lines) - 1
+                or not pc.all(pc.starts_with(array, "{")).as_py()
+                or not pc.all(pc.ends_with(array, "}")).as_py()
+            ):
+                lines, dropped = _single_lines(lines, array)
+                if dropped:
+                    for j, reason in dropped.items():
+                        rejected[j if kept is None else kept[j]] = reason
+                    continue
+                joined = b"\n".join(lines)
+            break
+
+        if len(joined) <= _MAX_PARSE_BYTES:
+            try:
+                table, self._schema = self._parse(joined, len(lines))
+                return table, kept
+            except _ChunkFailed:
+                pass
+            pieces = [(lines, list(range(len(values))) if kept is None else kept)]
+        else:
+            pieces = _pieces(lines, list(range(len(values))) if kept is None else kept)
+        tables: list[pa.Table] = []
+        converted: list[int] = []
+        for piece_lines, piece_index in pieces:
+            self._slow(piece_lines, piece_index, tables, converted, rejected, tried=len(pieces) == 1)
+        if not tables:
+            return None, []
+        return pa.concat_tables([conform(t, self._schema) for t in tables]), converted
+
+    def _slow(
+        self,
+        lines: list[bytes],
+        index: list[int],
+        tables: list[pa.Table],
+        converted: list[int],
+        rejected: dict[int, tuple[str, str]],
+        tried: bool,
+    ) -> None:
+        """Convert lines the reader rejected as a whole (tried) or that were too many for one read."""
+        if not tried:
+            try:
+                table, self._schema = self._parse(b"\n".join(lines), len(lines))
+                tables.append(table)
+                converted.extend(index)
+                return
+            except _ChunkFailed:
+                pass
+        # Screen out what Python can name (malformed, not an object, a reserved or new field, a type the known
+        # schema cannot take), then read the rest as one batch again: what is left to infer is inferred from the
+        # whole batch, as on the fast path, and a batch of many bad records costs no more than the screen.
+        screened_lines, screened_index = [], []
+        for line, i in zip(lines, index):
+            problem = self._screen(line)
+            if problem:
+                rejected[i] = problem
+            else:
+                screened_lines.append(line)
+                screened_index.append(i)
+        if not screened_lines:
+            return
+        try:
+            table, self._schema = self._parse(b"\n".join(screened_lines), len(screened_lines))
+            tables.append(table)
+            converted.extend(screened_index)
+        except _ChunkFailed:
+            self._bisect(screened_lines, screened_index, tables, converted, rejected)
+
+    def _bisect(
+        self,
+        lines: list[bytes],
+        index: list[int],
+        tables: list[pa.Table],
+        converted: list[int],
+        rejected: dict[int, tuple[str, str]],
+    ) -> None:
+        """Parse lines in offset order, halving every chunk that fails until each bad line stands alone."""
+        pending = [(0, len(lines))]
+        while pending:
+            lo, hi = pending.pop()
+            joined = b"\n".join(lines[lo:hi])
+            if len(joined) <= _MAX_PARSE_BYTES or hi - lo == 1:
+                try:
+                    table, self._schema = self._parse(joined, hi - lo)
+                    tables.append(table)
+                    converted.extend(index[lo:hi])
+                    continue
+                except _ChunkFailed as failure:
+                    if hi - lo == 1:
+                        rejected[index[lo]] = self._diagnose(lines[lo], str(failure))
+                        continue
+            middle = (lo + hi) // 2
+            pending.append((middle, hi))
+            pending.append((lo, middle))  # popped first: chunks are parsed left to right
+
+    def _parse(self, joined: bytes, rows: int) -> tuple[pa.Table, pa.Schema]:
+        """The table of `rows` single-line JSON objects and the schema after them; raises _ChunkFailed."""
+        read_options = pj.ReadOptions(
+            block_size=max(len(joined) + 1, 1024), use_threads=len(joined) > _THREADED_PARSE_BYTES
+        )
+        known = self._schema
+        try:
+            if known is None:
+                table = pj.read_json(pa.BufferReader(joined), read_options)
+            else:
+                open_ = self.allow_new_fields or not self._from_table
+                options = pj.ParseOptions(
+                    explicit_schema=self._parse_schema_of(known),
+                    unexpected_field_behavior="infer" if open_ else "error",
+                )
+                table = pj.read_json(pa.BufferReader(joined), read_options, options)
+            table = _drop_null_columns(table)
+            if self.connect_meta_data and any(name.startswith(META_PREFIX) for name in table.column_names):
+                raise _ChunkFailed("a field uses the reserved prefix _kafka_")
+            if known is None:
+                target = table.schema
+            else:
+                parsed = table.schema
+                names = set(parsed.names)
+                grown = [
+                    f.with_type(_grown(f.type, parsed.field(f.name).type)) if f.name in names else f for f in known
+                ]
+                new = [f.with_nullable(True) for f in parsed if f.name not in known.names]
+                target = pa.schema(grown + new, metadata=known.metadata)
+            table = conform(table, target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, IncompatibleSchemas) as error:
+            raise _ChunkFailed(str(error)) from None
+        if table.num_rows != rows:
+            raise _ChunkFailed(f"{rows} lines read as {table.num_rows} rows")
+        return table, (known if known is not None and target.equals(known) else target)
+
+    def _parse_schema_of(self, schema: pa.Schema) -> pa.Schema:
+        if self._parse_cache is None or self._parse_cache[0] is not schema:
+            self._parse_cache = (schema, _parse_schema(schema, omit_null=not self._from_table))
+        return self._parse_cache[1]
+
+    def _screen(self, line: bytes) -> tuple[str, str] | None:
+        """Why a line is no acceptable record, as far as Python's json module can tell; None if it may be."""
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            return MALFORMED_JSON, f"not valid JSON: {error}"
+        if not isinstance(record, dict):
+            return NOT_AN_OBJECT, f"the value is a JSON {_kind(record)}, not an object"
+        if self.connect_meta_data:
+            reserved = [name for name in record if name.startswith(META_PREFIX)]
+            if reserved:
+                return RESERVED_FIELD, (
+                    f"field '{reserved[0]}' uses the prefix '{META_PREFIX}' reserved for the Kafka meta data "
+                    "columns; rename it or set connect.meta.data=false"
+                )
+        if self._schema is not None:
+            problem = self._record_check()(record)
+            if problem:
+                expected, path, value = problem
+                if expected == NEW_FIELD:
+                    return NEW_FIELD, (
+                        f"new field '{_path(path)}' not in the table schema; set schema.evolution=true to add it"
+                    )
+                whose = "the table schema" if self._from_table else "the schema inferred from earlier records"
+                return TYPE_MISMATCH, f"field '{_path(path)}' {_found(expected, value)}, but {whose} has {expected}"
+        return None
+
+    def _record_check(self) -> _Check:
+        closed = self._from_table and not self.allow_new_fields
+        if self._check_cache is None or self._check_cache[0] is not self._schema or self._check_cache[1] != closed:
+            self._check_cache = (self._schema, closed, _checker(pa.struct(list(self._schema)), closed))
+        return self._check_cache[2]
+
+    def _diagnose(self, line: bytes, reader_error: str) -> tuple[str, str]:
+        """Why one line was rejected, in words a producer's owner can act on."""
+        problem = self._screen(line)
+        if problem:
+            return problem
+        try:
+            pj.read_json(pa.BufferReader(line), pj.ReadOptions(use_threads=False))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            return MALFORMED_JSON, f"cannot be read as columns: {error}"
+        return TYPE_MISMATCH, f"does not fit the schema: {reader_error}"
+
+
+def _pieces(lines: list[bytes], index: list[int]) -> list[tuple[list[bytes], list[int]]]:
+    """Consecutive runs of lines of at most _MAX_PARSE_BYTES each (a longer line stands alone)."""
+    pieces, start, size = [], 0, 0
+    for j, length in enumerate(map(len, lines)):
+        if size and size + length + 1 > _MAX_PARSE_BYTES:
+            pieces.append((lines[start:j], index[start:j]))
+            start, size = j, 0
+        size += length + 1
+    pieces.append((lines[start:], index[start:]))
+    return pieces
+
+
+def _kept(n: int, rejected: dict[int, tuple[str, str]]) -> list[int] | None:
+    """Indices of the records not rejected, in order; None when that is all of them."""
+    return None if not rejected else [i for i in range(n) if i not in rejected]
+
+
+def _with_meta(
+    data: pa.Table,
+    topic: str,
+    partition: int,
+    offsets: list[int],
+    timestamps: list[int | None],
+    keys: pa.Array,
+    kept: list[int] | None,
+) -> pa.Table:
+    rows = data.num_rows
+    columns = [
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps, pa.timestamp("ms", tz="UTC")),
+        keys,
+    ]
+    if kept is not None:
+        take = pa.array(kept, pa.int64())
+        columns = [column.take(take) for column in columns]
+    constant = [pa.repeat(pa.scalar(topic, pa.string()), rows), pa.repeat(pa.scalar(partition, pa.int32()), rows)]
+    columns = constant + columns
+    for field, column in zip(META_FIELDS, columns):
+        data = data.append_column(field, column)
+    return data
+
+
+def _drop_null_columns(table: pa.Table) -> pa.Table:
+    """Top-level columns that are null in every row carry no type: leave them out until a value shows one."""
+    nulls = [field.name for field in table.schema if pa.types.is_null(field.type)]
+    return table.drop_columns(nulls) if nulls else table
+
+
+def _true_indices(mask: pa.Array) -> list[int]:
+    return pc.indices_nonzero(mask.fill_null(False)).to_pylist()
+
+
+def _utf8_problem(value: bytes) -> str | None:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"not valid UTF-8: byte {value[error.start]:#04x} at position {error.start}"
+    return None
+
+
+def _single_lines(lines: list[bytes], array: pa.Array) -> tuple[list[bytes], dict[int, tuple[str, str]]]:
+    """`lines` with every record that spans lines (or does not start with '{' and end with '}') rewritten as
+    one line, and the records that are no JSON object at all. Python work only for those records."""
+    suspicious = pc.or_(
+        pc.match_substring(array, "\n"),
+        pc.invert(pc.and_(pc.starts_with(array, "{"), pc.ends_with(array, "}"))),
+    )
+    lines = list(lines)
+    dropped: dict[int, tuple[str, str]] = {}
+    for j in _true_indices(suspicious):
+        stripped = lines[j].strip(b" \t\r\n")
+        if stripped.startswith(b"{") and stripped.endswith(b"}") and b"\n" not in stripped:
+            lines[j] = stripped
+            continue
+        try:
+            record = json.loads(lines[j])
+        except ValueError as error:
+            dropped[j] = (MALFORMED_JSON, f"not valid JSON: {error}" if lines[j].strip() else "the value is empty")
+            continue
+        if not isinstance(record, dict):
+            dropped[j] = (NOT_AN_OBJECT, f"the value is a JSON {_kind(record)}, not an object")
+            continue
+        lines[j] = json.dumps(record, separators=(",", ":")).encode()
+    return lines, dropped
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _checker(kind: pa.DataType, closed: bool) -> _Check:
+    """A function that finds the first place a parsed JSON value does not fit `kind`: None, or (the expected
+    type or NEW_FIELD, the path to the place, the value there). Only rejects what the Arrow JSON reader would
+    reject too (strings for dates and timestamps pass: their format is left to the reader).
+    closed: fields outside the schema are not allowed."""
+    types = pa.types
+    expected = str(kind)
+    if types.is_struct(kind):
+        children = {f.name: _checker(f.type, closed) for f in kind}
+
+        def check_struct(value: Any) -> tuple[str, list[str], Any] | None:
+            if type(value) is not dict:
+                return expected, [], value
+            for name, item in value.items():
+                child = children.get(name)
+                if child is None:
+                    if closed:
+                        return NEW_FIELD, [name], item
+                elif item is not None and (problem := child(item)):
+                    problem[1].insert(0, name)
+                    return problem
+            return None
+
+        return check_struct
+    if _is_list(kind) or types.is_fixed_size_list(kind):
+        item_check = _checker(kind.value_type, closed)
+
+        def check_list(value: Any) -> tuple[str, list[str], Any] | None:
+            if type(value) is not list:
+                return expected, [], value
+            for item in value:
+                if item is not None and (problem := item_check(item)):
+                    problem[1].insert(0, "[]")
+                    return problem
+            return None
+
+        return check_list
+    if types.is_integer(kind):
+        bits = kind.bit_width
+        low, high = (0, (1 << bits) - 1) if types.is_unsigned_integer(kind) else (-(1 << bits - 1), (1 << bits - 1) - 1)
+        return lambda value: None if type(value) is int and low <= value <= high else (expected, [], value)
+    if types.is_boolean(kind):
+        accepted: tuple[type, ...] = (bool,)
+    elif types.is_floating(kind):
+        accepted = (int, float)
+    elif types.is_decimal(kind):
+        accepted = (int, float, str)
+    elif (
+        types.is_string(kind)
+        or types.is_large_string(kind)
+        or types.is_binary(kind)
+        or types.is_large_binary(kind)
+        or types.is_timestamp(kind)
+        or types.is_date(kind)
+    ):
+        accepted = (str,)
+    else:
+        return lambda value: None
+    return lambda value: None if type(value) in accepted else (expected, [], value)
+
+
+def _path(parts: list[str]) -> str:
+    return "".join(part if part == "[]" or i == 0 else f".{part}" for i, part in enumerate(parts))
+
+
+def _found(expected: str, value: Any) -> str:
+    if type(value) is int and expected.startswith(("int", "uint")):
+        return f"is {value}, out of range"
+    return f"is {_kind(value)} {_show(value)}"
