@@ -39,6 +39,33 @@ def _cmd_demo(args) -> int:
     return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker)
 
 
+def _load(args):
+    from connector.config import load_config
+
+    return load_config(args.config)
+
+
+def _cmd_run(args) -> int:
+    from connector.service import run_roles
+
+    cfg = _load(args)
+    return run_roles(cfg, coordinator=args.command in ("run", "coordinator"), worker=args.command in ("run", "worker"),
+                     timeout_s=args.max_seconds)
+
+
+def _cmd_validate(args) -> int:
+    from connector.config import validate_file
+
+    problems = validate_file(args.config)
+    if problems:
+        print(f"{args.config}: {len(problems)} problem(s)")
+        for p in problems:
+            print(f"  - {p}")
+        return 2
+    print(f"{args.config}: valid")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesink", description="Sink Kafka topics into Delta tables exactly once.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -52,6 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9092, help="listener port (0 picks a free one; default 9092)")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the broker to answer")
     p.set_defaults(func=_cmd_kafka)
+
+    for name, text in (("run", "coordinator and worker in one process (the embedded default)"),
+                       ("coordinator", "the coordinator only (needs Spark)"),
+                       ("worker", "a worker only: participants for the partitions the consumer group assigns it")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--config", required=True, help="the .properties file")
+        p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
+        p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("validate", help="check a .properties file; exit 0 when valid, 2 when not")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("demo", help="the embedded default: local broker, sample events, sink into a local Delta table")
     p.add_argument("--records", type=int, default=20000)

@@ -36,20 +36,70 @@ def produce_sample_events(bootstrap: str, topic: str, records: int, partitions: 
     producer.flush(60)
 
 
-def run_demo(records: int, partitions: int, keep_broker: bool = False) -> int:
-    from connector import pipeline_demo
+def run_demo(records: int, partitions: int, keep_broker: bool = False, timeout_s: float = 600) -> int:
+    from connector.config import config_from_dict
+    from connector.service import Roles, install_signal_handlers
+    from coordinator.service import CoordinatorService
+    from participant.worker import Worker
 
     root = demo_dir()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     broker = LocalKafka(root / f"kafka-{stamp}")
-    print(f"starting a local Kafka broker (KRaft) from Maven Central jars ...")
+    print("starting a local Kafka broker (KRaft) from Maven Central jars ...", flush=True)
     broker.start()
     try:
-        print(f"broker up on {broker.bootstrap}; producing {records} sample events over {partitions} partitions")
-        produce_sample_events(broker.bootstrap, "demo-events", records, partitions)
-        return pipeline_demo.sink_and_summarise(broker.bootstrap, "demo-events", root / f"tables-{stamp}", records)
+        topic = "demo-events"
+        print(f"broker up on {broker.bootstrap}; producing {records} sample events over {partitions} partitions",
+              flush=True)
+        produce_sample_events(broker.bootstrap, topic, records, partitions)
+        cfg = config_from_dict({
+            "name": "demo", "kafka.bootstrap.servers": broker.bootstrap, "kafka.topic.names": topic,
+            "target.base.path": str(root / f"tables-{stamp}"), "target.table.name": "demo_events",
+            "transaction.interval.ms": "3000", "coordinator.writestatus.timeout.ms": "30000",
+            "partition.field.name": "kind",
+        })
+        coordinator, worker = CoordinatorService(cfg), Worker(cfg)
+        roles = Roles()
+        install_signal_handlers(roles.stop)
+        roles.add("coordinator", coordinator.run)
+        roles.add("worker", worker.run)
+        roles.add("progress", lambda stop: _wait_for_rows(coordinator, records, stop, timeout_s))
+        print(f"sinking {topic} into the Delta table {cfg.table_path} (lakesink run, embedded) ...", flush=True)
+        roles.run()
+        return _summarise(coordinator, cfg.table_path, records)
     finally:
         if keep_broker:
             print(f"broker left running on {broker.bootstrap} (pid {broker.proc.pid if broker.proc else '-'})")
         else:
             broker.stop()
+
+
+def _wait_for_rows(coordinator, records: int, stop, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not stop.is_set():
+        committed = sum(c.rows for c in coordinator.stats.commits)
+        if committed >= records:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {committed} of {records} records committed after {timeout_s:.0f} s")
+        time.sleep(0.5)
+    stop.set()
+
+
+def _summarise(coordinator, table_path: str, records: int) -> int:
+    from delta.tables import DeltaTable
+
+    spark = coordinator._spark_factory()
+    df = spark.read.format("delta").load(table_path)
+    rows = df.count()
+    distinct = df.select("_kafka_partition", "_kafka_offset").distinct().count()
+    print(f"\nDelta table {table_path}")
+    print(f"  rows: {rows} (produced {records}; distinct source offsets {distinct})")
+    for c in coordinator.stats.commits:
+        print(f"  txn {c.txn} (epoch {c.epoch}): {c.rows} rows, {c.files} files -> table version {c.table_version}")
+    df.groupBy("kind").count().orderBy("kind").show()
+    DeltaTable.forPath(spark, table_path).history().select("version", "operation", "operationMetrics.numOutputRows") \
+        .orderBy("version").show(truncate=False)
+    ok = rows == records == distinct
+    print("exactly once: every produced record is in the table once" if ok else "MISMATCH: see the figures above")
+    return 0 if ok else 1

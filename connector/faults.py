@@ -1,0 +1,37 @@
+"""Fault injection for chaos tests: inert unless LAKESINK_FAULT names the protocol step.
+
+LAKESINK_FAULT=<step> kills the process (SIGKILL) exactly there; LAKESINK_FAULT_ACTION=pause stops it
+(SIGSTOP) instead, so a test can resume it later as a zombie. LAKESINK_FAULT_AFTER=N fires on the N-th
+time the step is reached (default 1).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections import Counter
+
+log = logging.getLogger(__name__)
+
+STEPS = (
+    "coordinator.after-start-sent", "coordinator.after-end-sent", "coordinator.after-manifest",
+    "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-staging-cleanup",
+    "participant.after-start-received", "participant.mid-consume", "participant.after-end-received",
+    "participant.after-staging", "participant.after-write-status",
+)
+_seen: Counter[str] = Counter()
+
+
+def fault_point(step: str) -> None:
+    target = os.environ.get("LAKESINK_FAULT")
+    if not target or target != step:
+        return
+    _seen[step] += 1
+    if _seen[step] < int(os.environ.get("LAKESINK_FAULT_AFTER", "1")):
+        return
+    action = os.environ.get("LAKESINK_FAULT_ACTION", "kill")
+    log.warning("fault injection: %s at %s", action, step)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGSTOP if action == "pause" else signal.SIGKILL)

@@ -1,0 +1,335 @@
+"""The Delta table: the source of truth for data and offsets (DESIGN I1-I4).
+
+Reads (committed offsets, txn version, schema) are JVM-free through delta-rs (`deltalake`); the coordinator's
+append goes through Spark (delta-spark). A commit is a numbered recipe, each step idempotent:
+
+  1. write the manifest `_lakesink/commits/<version>.json` (write-ahead, put-if-absent): offsets of every
+     partition after this commit, the file groups, the coordinator instance;
+  2. append all staged file groups in ONE Delta commit with `txnAppId=<connector>`, `txnVersion=<version>`;
+  3. verify that the table's txn version is now `<version>` and the manifest is ours, else `FencedError`;
+  (the runtime then ACKs and calls `clean_staging`).
+
+`version = epoch << 32 | txn` (connector.messages.txn_version): a coordinator claims a new epoch with a
+commit of its own before its first START, so Delta skips any later write of an older epoch.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connector.errors import CommitError, FencedError
+from connector.faults import fault_point
+from connector.messages import Offsets, WriteStatus, split_version, txn_version
+
+log = logging.getLogger(__name__)
+
+META_DIR = "_lakesink"
+KEEP_MANIFESTS = 100
+
+
+def staging_root(table_path: str | Path) -> Path:
+    return Path(table_path) / META_DIR / "staging"
+
+
+def txn_tag(epoch: int, txn: int) -> str:
+    return f"e{epoch:06d}-t{txn:08d}"
+
+
+def _parse_tag(name: str) -> tuple[int, int] | None:
+    try:
+        e, t = name.split("-")
+        return int(e[1:]), int(t[1:])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """What the table says was committed last."""
+
+    version: int | None  # txn version of the last lakesink commit, None when there is none
+    offsets: Offsets
+    table_version: int | None  # Delta table version, None when the table does not exist
+
+    @property
+    def epoch(self) -> int:
+        return split_version(self.version)[0] if self.version is not None else 0
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: int
+    table_version: int | None
+    rows: int
+    bytes: int
+    files: int
+    skipped_empty: bool = False
+
+
+@dataclass
+class DeltaTableSink:
+    table_path: str
+    app_id: str
+    partition_by: tuple[str, ...] = ()
+    schema_evolution: bool = False
+    spark_factory: Callable[[], object] | None = None
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    # --- JVM-free reads ------------------------------------------------------------------------------------
+
+    @property
+    def manifests_dir(self) -> Path:
+        return Path(self.table_path) / META_DIR / "commits"
+
+    def _delta(self):
+        import deltalake
+
+        try:
+            return deltalake.DeltaTable(self.table_path)
+        except deltalake.exceptions.TableNotFoundError:
+            return None
+
+    def exists(self) -> bool:
+        return self._delta() is not None
+
+    def table_version(self) -> int | None:
+        dt = self._delta()
+        return dt.version() if dt is not None else None
+
+    def txn_version(self) -> int | None:
+        """The Delta SetTransaction version of this connector: survives checkpoints, log cleanup and VACUUM."""
+        dt = self._delta()
+        return dt.transaction_version(self.app_id) if dt is not None else None
+
+    def arrow_schema(self) -> pa.Schema | None:
+        dt = self._delta()
+        if dt is None:
+            return None
+        return pa.schema(dt.schema().to_arrow())
+
+    def recover(self) -> Recovered:
+        """Committed offsets from the table; manifests above the txn version were never committed: dropped."""
+        dt = self._delta()
+        if dt is None:
+            self._drop_manifests_above(-1)
+            return Recovered(None, {}, None)
+        version = dt.transaction_version(self.app_id)
+        self._drop_manifests_above(version if version is not None else -1)
+        if version is None:
+            return Recovered(None, {}, dt.version())
+        manifest = self.read_manifest(version)
+        if manifest is None:
+            raise CommitError(
+                f"table {self.table_path} records lakesink txn version {version} for connector {self.app_id!r} "
+                f"but its manifest {self._manifest_path(version)} is missing: the _lakesink folder was removed or "
+                f"the table was copied without it; restore it, or start a new connector name to re-ingest.")
+        return Recovered(version, _decode_offsets(manifest["offsets"]), dt.version())
+
+    def _manifest_path(self, version: int) -> Path:
+        return self.manifests_dir / f"{version:020d}.json"
+
+    def read_manifest(self, version: int) -> dict | None:
+        try:
+            return json.loads(self._manifest_path(version).read_text())
+        except FileNotFoundError:
+            return None
+
+    def manifest_versions(self) -> list[int]:
+        if not self.manifests_dir.exists():
+            return []
+        return sorted(int(p.stem) for p in self.manifests_dir.glob("*.json") if p.stem.isdigit())
+
+    def _drop_manifests_above(self, version: int) -> None:
+        for v in self.manifest_versions():
+            if v > version:
+                log.info("dropping manifest %d: above the committed txn version %d, never committed", v, version)
+                self._manifest_path(v).unlink(missing_ok=True)
+
+    # --- the commit recipe ---------------------------------------------------------------------------------
+
+    def write_manifest(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...]) -> None:
+        """Step 1, put-if-absent: a second writer of the same version is fenced unless it is this instance."""
+        epoch, txn = split_version(version)
+        body = {
+            "version": version, "epoch": epoch, "txn": txn, "instance": self.instance, "connector": self.app_id,
+            "offsets": _encode_offsets(offsets), "created_at": time.time(),
+            "groups": [{"topic": s.topic, "partition": s.partition, "start_offset": s.start_offset,
+                        "next_offset": s.next_offset, "rows": s.rows, "files": [f.path for f in s.files]}
+                       for s in statuses],
+        }
+        self.manifests_dir.mkdir(parents=True, exist_ok=True)
+        path = self._manifest_path(version)
+        tmp = path.with_suffix(f".{self.instance}.tmp")
+        tmp.write_text(json.dumps(body))
+        try:
+            os.link(tmp, path)  # atomic put-if-absent on a POSIX filesystem
+        except FileExistsError:
+            existing = self.read_manifest(version) or {}
+            if existing.get("instance") != self.instance:
+                raise FencedError(f"txn version {version} was already claimed by coordinator instance "
+                                  f"{existing.get('instance')}: a newer coordinator owns {self.table_path}") from None
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def commit(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...],
+               expect_new_table: bool = False) -> CommitResult:
+        """Steps 1-3 for one txn. Raises FencedError when a newer epoch owns the table, CommitError otherwise."""
+        files = [f for s in statuses for f in s.files if f.rows > 0]
+        rows = sum(f.rows for f in files)
+        nbytes = sum(f.bytes for f in files)
+        current = self.txn_version()
+        if current is not None and current >= version:
+            return self._verify_existing(version, current, rows, nbytes, len(files))
+        if not files and not self.exists():
+            # Nothing to write and no table to record offsets in: offsets advance only past failed records,
+            # which are re-read and re-routed after a restart; nothing is lost.
+            return CommitResult(version, None, 0, 0, 0, skipped_empty=True)
+        self.write_manifest(version, offsets, statuses)
+        fault_point("coordinator.after-manifest")
+        try:
+            self._append(version, [f.path for f in files], expect_new_table)
+        except FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Spark raises py4j/analysis errors of many kinds
+            current = self._safe_txn_version()
+            if current == version:
+                log.warning("append of txn version %d raised %s but the commit is in the table", version, exc)
+            else:
+                raise CommitError(f"Delta append of txn version {version} to {self.table_path} failed: "
+                                  f"{_short(exc)}") from exc
+        return self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
+
+    def _safe_txn_version(self) -> int | None:
+        try:
+            return self.txn_version()
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _verify_existing(self, version: int, current: int | None, rows: int, nbytes: int, nfiles: int) -> CommitResult:
+        """Step 3: the table's txn version is ours and the manifest of that version was written by us."""
+        manifest = self.read_manifest(version) or {}
+        if current != version or manifest.get("instance") != self.instance:
+            raise FencedError(f"the table {self.table_path} is at txn version {current}, not {version} written by "
+                              f"this coordinator: a newer epoch owns it; stepping down")
+        return CommitResult(version, self.table_version(), rows, nbytes, nfiles)
+
+    def _append(self, version: int, paths: list[str], expect_new_table: bool) -> None:
+        spark = self._spark()
+        epoch, txn = split_version(version)
+        df = self._staged_frame(spark, paths)
+        writer = (df.write.format("delta")
+                  .mode("errorifexists" if expect_new_table else "append")
+                  .option("txnAppId", self.app_id)
+                  .option("txnVersion", version)
+                  .option("userMetadata", json.dumps({"lakesink": {"epoch": epoch, "txn": txn,
+                                                                   "instance": self.instance}})))
+        if self.schema_evolution:
+            writer = writer.option("mergeSchema", "true")
+        if self.partition_by and expect_new_table:
+            writer = writer.partitionBy(*self.partition_by)
+        try:
+            writer.save(self.table_path)
+        except Exception as exc:  # noqa: BLE001
+            if expect_new_table and ("already exists" in str(exc) or "ConcurrentWrite" in str(exc)):
+                raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
+            raise
+
+    def _staged_frame(self, spark, paths: list[str]):
+        if not paths:
+            schema = self.arrow_schema()
+            return spark.createDataFrame([], _spark_schema(spark, schema))
+        target = _conform_files(paths, self.arrow_schema(), self.schema_evolution)
+        return spark.read.schema(_spark_schema(spark, target)).parquet(*paths)
+
+    def _spark(self):
+        if self.spark_factory is None:
+            raise CommitError("this DeltaTableSink has no Spark session factory: only the coordinator commits")
+        return self.spark_factory()
+
+    def claim_epoch(self, recovered: Recovered) -> int:
+        """Fence older coordinators: commit an empty append at `(epoch+1) << 32` carrying the offsets forward.
+        Before the table exists there is nothing to fence; the commit that creates it is put-if-absent."""
+        epoch = recovered.epoch + 1
+        if recovered.table_version is None:
+            return epoch
+        version = txn_version(epoch, 0)
+        self.commit(version, recovered.offsets, ())
+        log.info("claimed epoch %d on %s (txn version %d)", epoch, self.table_path, version)
+        return epoch
+
+    # --- housekeeping --------------------------------------------------------------------------------------
+
+    def clean_staging(self, epoch: int, txn: int | None = None) -> int:
+        """Remove staging of `txn` (after its commit) or, with txn None, of every txn of an older epoch or of
+        an older txn of `epoch`. Safe to repeat."""
+        root = staging_root(self.table_path)
+        if not root.exists():
+            return 0
+        removed = 0
+        for d in root.iterdir():
+            tag = _parse_tag(d.name)
+            if tag is None:
+                continue
+            if (txn is not None and tag == (epoch, txn)) or (txn is None and tag[0] < epoch):
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
+                fault_point("coordinator.during-staging-cleanup")
+        return removed
+
+    def prune_manifests(self, keep: int = KEEP_MANIFESTS) -> None:
+        versions = self.manifest_versions()
+        for v in versions[:-keep]:
+            self._manifest_path(v).unlink(missing_ok=True)
+
+
+def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
+    """One schema for all staged files: the table's (grown when evolving) or, for a new table, the unified
+    schema of the files. A file whose schema differs is rewritten conformed, in place, atomically."""
+    from participant.convert import conform, unify
+
+    schemas = [pq.read_schema(p) for p in paths]
+    if table_schema is None:
+        target = unify(schemas)
+    elif evolve:
+        target = unify([table_schema, *schemas])
+    else:
+        target = table_schema
+    for path, schema in zip(paths, schemas):
+        if not schema.equals(target, check_metadata=False):
+            table = conform(pq.read_table(path), target)
+            tmp = f"{path}.conform.tmp"
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+    return target
+
+
+def _spark_schema(spark, schema: pa.Schema | None):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    if schema is None:
+        raise CommitError("cannot write an empty commit to a table that does not exist yet")
+    return from_arrow_schema(schema)
+
+
+def _encode_offsets(offsets: Offsets) -> list[dict]:
+    return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
+
+
+def _decode_offsets(items: list[dict]) -> Offsets:
+    return {(i["topic"], int(i["partition"])): i["offset"] for i in items}
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

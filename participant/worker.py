@@ -1,0 +1,353 @@
+"""A worker process: one consumer in the connector's consumer group, one participant per assigned partition.
+
+Each participant's ParticipantState decides; this module does what its effects say: seek, pause, resume,
+stage the file group at END-COMMIT, send WRITE-STATUS, commit consumer offsets after ACK-COMMIT. Records
+that cannot be converted go to the dead-letter topic (errors.tolerance=all) before the WRITE-STATUS that
+covers their offsets is sent, or stop the worker (errors.tolerance=none) without staging past them.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTP
+
+from connector.channel import ControlChannel
+from connector.clock import Clock, SystemClock
+from connector.config import LakesinkConfig
+from connector.errors import RecordError
+from connector.faults import fault_point
+from connector.messages import AckCommit, Message, StartCommit
+from connector.table import DeltaTableSink, staging_root, txn_tag
+from participant.convert import Converter, RecordFailure
+from participant.filegroup import FileGroupWriter
+from participant.state import (
+    CommitConsumerOffset,
+    Discard,
+    Effect,
+    Flush,
+    ParticipantState,
+    Pause,
+    Phase,
+    Resume,
+    Seek,
+    Send,
+)
+
+log = logging.getLogger(__name__)
+
+META_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
+_NO_SEEK = object()
+
+
+@dataclass
+class PartitionRunner:
+    state: ParticipantState
+    writer: FileGroupWriter | None = None
+    delivered_next: int | None = None  # offset after the last record consume() handed us for this partition
+    pending_seek: object = _NO_SEEK
+    failed: int = 0
+    dead_lettered: int = 0
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.state.topic_partition
+
+
+@dataclass
+class WorkerStats:
+    records_read: int = 0
+    records_staged: int = 0
+    records_failed: int = 0
+    records_dead_lettered: int = 0
+    status_sent: int = 0
+    rebalances: int = 0
+    by_partition_lag: dict = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(self, cfg: LakesinkConfig, worker_id: str | None = None, clock: Clock | None = None,
+                 batch_size: int = 20_000):
+        self.cfg = cfg
+        self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.clock = clock or SystemClock()
+        self.batch_size = batch_size
+        self.stats = WorkerStats()
+        self.runners: dict[tuple[str, int], PartitionRunner] = {}
+        self._latest_start: StartCommit | None = None
+        self._table = DeltaTableSink(cfg.table_path, cfg.name)
+        self._converter_schema_version: int | None = -1
+        self._channel: ControlChannel | None = None
+        self._consumer: Consumer | None = None
+        self._dlq: Producer | None = None
+        self._converter = self._new_converter()
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    def open(self) -> "Worker":
+        cfg = self.cfg
+        self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name,
+                                       f"worker {self.worker_id}", dict(cfg.producer_overrides),
+                                       dict(cfg.consumer_overrides)).open(replay_last=1000)
+        self._consumer = Consumer({
+            "bootstrap.servers": cfg.kafka_bootstrap_servers,
+            "group.id": cfg.kafka_group_id,
+            "client.id": f"lakesink-{self.worker_id}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": cfg.kafka_auto_offset_reset,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100,
+            **dict(cfg.consumer_overrides),
+        })
+        self._consumer.subscribe(list(cfg.kafka_topic_names), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        if cfg.errors_tolerance == "all":
+            self._dlq = Producer({"bootstrap.servers": cfg.kafka_bootstrap_servers, "acks": "all",
+                                  "enable.idempotence": True, "linger.ms": 5, **dict(cfg.producer_overrides)})
+        self._refresh_schema()
+        return self
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            if runner.writer is not None:
+                runner.writer.discard()
+        self.runners.clear()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self._dlq is not None:
+            self._dlq.flush(10)
+
+    def run(self, stop: threading.Event) -> None:
+        self.open()
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def step(self, control_timeout_s: float = 0.0, consume_timeout_s: float = 0.05) -> None:
+        """One round: control messages first (they may pause or seek), then one batch of records."""
+        for msg in self._channel.poll(control_timeout_s):
+            self._on_control(msg)
+        self._retry_seeks()
+        self._consume(consume_timeout_s)
+
+    # --- control messages ----------------------------------------------------------------------------------
+
+    def _on_control(self, msg: Message) -> None:
+        if isinstance(msg, StartCommit):
+            fault_point("participant.after-start-received")
+            if self._latest_start is None or (msg.epoch, msg.txn) > (self._latest_start.epoch, self._latest_start.txn):
+                self._latest_start = msg
+        if isinstance(msg, AckCommit) and msg.table_version is not None:
+            self._refresh_schema(msg.table_version)
+        for runner in list(self.runners.values()):
+            self._apply(runner, runner.state.on_message(msg))
+
+    def _apply(self, runner: PartitionRunner, effects: list[Effect]) -> None:
+        topic, partition = runner.key
+        for effect in effects:
+            if isinstance(effect, Seek):
+                self._seek(runner, effect.offset)
+            elif isinstance(effect, Resume):
+                runner.writer = self._new_writer(runner)
+                runner.failed = runner.dead_lettered = 0
+                if runner.pending_seek is _NO_SEEK and runner.delivered_next != runner.state.position:
+                    self._seek(runner, runner.state.position)
+                self._consumer.resume([KafkaTP(topic, partition)])
+            elif isinstance(effect, Pause):
+                self._consumer.pause([KafkaTP(topic, partition)])
+            elif isinstance(effect, Discard):
+                if runner.writer is not None:
+                    runner.writer.discard()
+                    runner.writer = None
+            elif isinstance(effect, Flush):
+                fault_point("participant.after-end-received")
+                self._flush(runner)
+            elif isinstance(effect, Send):
+                self._channel.send(effect.message)
+                self.stats.status_sent += 1
+                fault_point("participant.after-write-status")
+            elif isinstance(effect, CommitConsumerOffset):
+                try:
+                    self._consumer.commit(offsets=[KafkaTP(topic, partition, effect.offset)], asynchronous=True)
+                except KafkaException as exc:  # lag reporting only: the table holds the real offsets
+                    log.warning("committing consumer offset %s-%d@%d failed: %s", topic, partition, effect.offset, exc)
+
+    def _flush(self, runner: PartitionRunner) -> None:
+        writer = runner.writer or self._new_writer(runner)
+        files = writer.flush()
+        fault_point("participant.after-staging")
+        if self._dlq is not None and runner.dead_lettered:
+            remaining = self._dlq.flush(30)
+            if remaining:
+                raise RecordError(f"{remaining} dead-letter record(s) not acknowledged by the broker; not reporting "
+                                  f"offsets past them")
+        effects = runner.state.on_flushed(files, writer.rows, writer.bytes, runner.failed, runner.dead_lettered)
+        self._apply(runner, effects)
+
+    def _new_writer(self, runner: PartitionRunner) -> FileGroupWriter:
+        st = runner.state
+        return FileGroupWriter(staging_root(self.cfg.table_path), st.topic_partition[0], st.topic_partition[1],
+                               self.worker_id, txn_tag(st.epoch or 0, st.txn or 0), flush_size=self.cfg.flush_size,
+                               max_bytes=self.cfg.buffer_max_bytes, codec=self.cfg.parquet_codec)
+
+    def _seek(self, runner: PartitionRunner, offset: int | None) -> None:
+        if offset is not None and runner.delivered_next == offset:
+            runner.pending_seek = _NO_SEEK  # the consumer delivers exactly this offset next
+            return
+        runner.pending_seek = offset
+        self._try_seek(runner)
+
+    def _try_seek(self, runner: PartitionRunner) -> None:
+        offset = runner.pending_seek
+        if offset is _NO_SEEK:
+            return
+        if offset is None:
+            logical = OFFSET_BEGINNING if self.cfg.kafka_auto_offset_reset == "earliest" else OFFSET_END
+        else:
+            logical = offset
+        topic, partition = runner.key
+        try:
+            self._consumer.seek(KafkaTP(topic, partition, logical))
+        except KafkaException as exc:
+            log.debug("seek %s-%d to %s not possible yet (%s); retrying", topic, partition, offset, exc)
+            return
+        runner.pending_seek = _NO_SEEK
+        runner.delivered_next = offset
+
+    def _retry_seeks(self) -> None:
+        for runner in self.runners.values():
+            if runner.pending_seek is not _NO_SEEK:
+                self._try_seek(runner)
+
+    # --- records -------------------------------------------------------------------------------------------
+
+    def _consume(self, timeout_s: float) -> None:
+        batch = self._consumer.consume(self.batch_size, timeout=timeout_s)
+        if not batch:
+            return
+        grouped: dict[tuple[str, int], list] = defaultdict(list)
+        for m in batch:
+            if m.error() is not None:
+                log.warning("consume error: %s", m.error())
+                continue
+            grouped[(m.topic(), m.partition())].append(m)
+        for key, msgs in grouped.items():
+            runner = self.runners.get(key)
+            if runner is None:
+                continue
+            self._handle_records(runner, msgs)
+
+    def _handle_records(self, runner: PartitionRunner, msgs: list) -> None:
+        state = runner.state
+        if state.phase is not Phase.CONSUMING or runner.pending_seek is not _NO_SEEK:
+            # Fetched before a pause or seek took effect: dropped, and re-read after the next seek.
+            runner.delivered_next = None
+            return
+        position = state.position
+        if position is not None and msgs[0].offset() < position:
+            msgs = [m for m in msgs if m.offset() >= position]
+            if not msgs:
+                return
+        self.stats.records_read += len(msgs)
+        result = self._converter.convert(msgs)
+        if result.failures:
+            self._handle_failures(runner, result.failures)
+        if result.table is not None and result.table.num_rows:
+            runner.writer.append(result.table)
+            self.stats.records_staged += result.table.num_rows
+        first, nxt = msgs[0].offset(), msgs[-1].offset() + 1
+        state.on_records(first, nxt)
+        runner.delivered_next = nxt
+        fault_point("participant.mid-consume")
+
+    def _handle_failures(self, runner: PartitionRunner, failures: list[RecordFailure]) -> None:
+        self.stats.records_failed += len(failures)
+        runner.failed += len(failures)
+        first = failures[0]
+        if self._dlq is None:
+            raise RecordError(
+                f"record {first.topic}-{first.partition}@{first.offset} cannot be converted ({first.error_class}: "
+                f"{first.error_message}); errors.tolerance=none stops here and nothing past it is committed: fix the "
+                f"record or set errors.tolerance=all with errors.deadletterqueue.topic.name")
+        for f in failures:
+            headers = list(f.headers or [])
+            if self.cfg.errors_deadletterqueue_context_headers_enable:
+                headers += [
+                    ("__connect.errors.topic", f.topic.encode()),
+                    ("__connect.errors.partition", str(f.partition).encode()),
+                    ("__connect.errors.offset", str(f.offset).encode()),
+                    ("__connect.errors.connector.name", self.cfg.name.encode()),
+                    ("__connect.errors.exception.class.name", f.error_class.encode()),
+                    ("__connect.errors.exception.message", f.error_message.encode("utf-8", "replace")[:4096]),
+                ]
+            while True:
+                try:
+                    self._dlq.produce(self.cfg.errors_deadletterqueue_topic_name, key=f.key, value=f.value,
+                                      headers=headers, timestamp=f.timestamp_ms or 0)
+                    break
+                except BufferError:
+                    self._dlq.poll(0.1)
+        self._dlq.poll(0)
+        runner.dead_lettered += len(failures)
+        self.stats.records_dead_lettered += len(failures)
+
+    # --- rebalances ----------------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
+        self.stats.rebalances += 1
+        start = self._latest_start
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            if start is not None and key in start.offsets:
+                offset = start.offsets[key]
+                tp.offset = offset if offset is not None else (
+                    OFFSET_BEGINNING if self.cfg.kafka_auto_offset_reset == "earliest" else OFFSET_END)
+            state = ParticipantState(self.cfg.name, tp.topic, tp.partition, self.worker_id, clock=self.clock)
+            self.runners[key] = PartitionRunner(state)
+        consumer.assign(partitions)
+        consumer.pause(partitions)
+        log.info("worker %s assigned %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
+        if start is not None:
+            for tp in partitions:
+                runner = self.runners[(tp.topic, tp.partition)]
+                if tp.offset >= 0:
+                    runner.delivered_next = tp.offset
+                self._apply(runner, runner.state.on_message(start))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
+        for tp in partitions:
+            runner = self.runners.pop((tp.topic, tp.partition), None)
+            if runner is not None and runner.writer is not None:
+                runner.writer.discard()
+        log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
+
+    # --- schema --------------------------------------------------------------------------------------------
+
+    def _new_converter(self) -> Converter:
+        cfg = self.cfg
+        return Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes, cfg.schema_evolution)
+
+    def _refresh_schema(self, table_version: int | None = None) -> None:
+        if table_version is not None and table_version == self._converter_schema_version:
+            return
+        schema = self._table.arrow_schema()
+        if schema is None:
+            return
+        data_fields = [f for f in schema if f.name not in META_COLUMNS]
+        import pyarrow as pa
+
+        self._converter.set_schema(pa.schema(data_fields))
+        self._converter_schema_version = self._table.table_version() if table_version is None else table_version
