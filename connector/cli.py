@@ -53,6 +53,12 @@ def _cmd_run(args) -> int:
                      timeout_s=args.max_seconds)
 
 
+def _cmd_verify(args) -> int:
+    from connector import verify
+
+    return verify.main(_load(args), as_json=args.json, use_kafka=not args.no_kafka)
+
+
 def _cmd_validate(args) -> int:
     from connector.config import validate_file
 
@@ -91,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a .properties file; exit 0 when valid, 2 when not")
     p.add_argument("--config", required=True)
     p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("verify", help="audit the table: duplicates, uncommitted rows and gaps against the committed "
+                                      "offsets and Kafka; exit 0 only when exactly once (reads only, changes nothing)")
+    p.add_argument("--config", required=True, help="the .properties file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-kafka", action="store_true",
+                   help="do not contact the broker: missing offsets are reported unchecked and do not fail")
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("demo", help="the embedded default: local broker, sample events, sink into a local Delta table")
     p.add_argument("--records", type=int, default=20000)

@@ -1,0 +1,503 @@
+"""`lakesink verify`: audit a lakesink table against its committed offsets and, when reachable, Kafka.
+
+Read-only. From one Delta snapshot (JVM-free, delta-rs) it takes the connector's txn version, the manifest of
+that version (the committed offsets, I1/I2) and the `_kafka_topic/_kafka_partition/_kafka_offset` columns, and
+reports per partition:
+
+- rows, and **duplicated** rows (an offset present more than once);
+- **uncommitted** rows: offsets at or beyond the committed offset, visible although no commit covers them (I1);
+- **missing** offsets below the committed offset that are not in the table. Offsets may be missing for good
+  reasons (dead-lettered records, transaction markers, aborted or compacted records), so each one is checked
+  against the partition in Kafka (read_committed) when the broker answers: an offset Kafka no longer holds is
+  `expired`, one Kafka does not deliver is `not-in-kafka`, one found in the dead-letter topic (by its
+  `__connect.errors.*` headers) is `dead-lettered`, and a record Kafka delivers that is in neither place is a
+  real **gap**. Without the broker, missing offsets stay `unchecked`.
+
+Exit 0 only with no duplicates, nothing uncommitted, no gaps and nothing left unchecked (`--no-kafka` accepts
+unchecked offsets); 1 otherwise. The work is bounded: three columns are read, grouped and compared with
+pyarrow/numpy, never row by row in Python; Kafka is read only inside the missing ranges, up to a record budget.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.config import LakesinkConfig
+from connector.errors import LakesinkError
+
+log = logging.getLogger(__name__)
+
+COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+DLQ_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__connect.errors.offset")
+MERGE_DISTANCE = 10_000
+"""Missing ranges closer than this many offsets are read from Kafka in one pass instead of one seek each."""
+SAMPLES = 10
+
+
+class VerifyError(LakesinkError):
+    """The table cannot be verified as configured (no table coordinates, manifest missing)."""
+
+
+# --- the committed state, read-only ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CommittedState:
+    """One Delta snapshot and what it says was committed; never changes the table or `_lakesink/`."""
+
+    snapshot: object | None  # deltalake.DeltaTable, None when the table does not exist
+    table_version: int | None
+    txn_version: int | None
+    offsets: dict[tuple[str, int], int | None]
+
+
+def read_committed(table_path: str, app_id: str) -> CommittedState:
+    """The txn version of `app_id` and the offsets in the manifest of that version. Unlike
+    `DeltaTableSink.recover` this drops nothing: manifests above the txn version are left alone."""
+    import deltalake
+
+    from connector.table import DeltaTableSink
+
+    try:
+        dt = deltalake.DeltaTable(table_path)
+    except deltalake.exceptions.TableNotFoundError:
+        return CommittedState(None, None, None, {})
+    version = dt.transaction_version(app_id)
+    if version is None:
+        return CommittedState(dt, dt.version(), None, {})
+    manifest = DeltaTableSink(table_path, app_id).read_manifest(version)
+    if manifest is None:
+        raise VerifyError(
+            f"table {table_path} records lakesink txn version {version} for connector {app_id!r} but the manifest "
+            f"of that version is missing under {Path(table_path) / '_lakesink' / 'commits'}: the committed offsets "
+            f"are unknown, so nothing can be verified; restore the _lakesink folder from a backup of the table")
+    offsets = {(i["topic"], int(i["partition"])): (None if i["offset"] is None else int(i["offset"]))
+               for i in manifest.get("offsets", [])}
+    return CommittedState(dt, dt.version(), version, offsets)
+
+
+def read_coordinates(snapshot) -> pa.Table:
+    """The three coordinate columns of every row, sorted by topic, partition, offset."""
+    names = set(pa.schema(snapshot.schema().to_arrow()).names)
+    absent = [c for c in COORDINATES if c not in names]
+    if absent:
+        raise VerifyError(
+            f"the table has no {', '.join(absent)} column(s): verify compares every row's source coordinates with "
+            f"the committed offsets, which needs connect.meta.data=true from the table's first commit on")
+    table = snapshot.to_pyarrow_dataset().to_table(columns=list(COORDINATES))
+    return table.sort_by([(c, "ascending") for c in COORDINATES])
+
+
+# --- the per-partition analysis (pure: Arrow arrays in, numbers out) ------------------------------------
+
+I64 = pa.int64()
+
+
+def _ints(values) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if not isinstance(values, pa.Array):
+        values = pa.array(values, I64)
+    return values.cast(I64)
+
+
+def _empty() -> pa.Array:
+    return pa.array([], I64)
+
+
+def _width(starts: pa.Array, ends: pa.Array) -> int:
+    return int(pc.sum(pc.subtract(ends, starts)).as_py() or 0)
+
+
+@dataclass
+class PartitionReport:
+    topic: str
+    partition: int
+    committed: int | None
+    rows: int = 0
+    min_offset: int | None = None
+    max_offset: int | None = None
+    duplicated: int = 0
+    uncommitted: int = 0
+    missing: int = 0
+    not_in_kafka: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+    gaps: int = 0
+    unchecked: int = 0
+    gap_samples: list[int] = field(default_factory=list)
+    duplicate_samples: list[int] = field(default_factory=list)
+    uncommitted_samples: list[int] = field(default_factory=list)
+    # the missing ranges [start, end) and the committed offsets present: inputs of classify_missing
+    _starts: pa.Array = field(default_factory=_empty, repr=False)
+    _ends: pa.Array = field(default_factory=_empty, repr=False)
+    _present: pa.Array = field(default_factory=_empty, repr=False)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    def public(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+
+
+def analyse_partition(topic: str, partition: int, offsets, committed: int | None,
+                      low: int | None = None) -> PartitionReport:
+    """`offsets`: the sorted offsets of this partition's rows. `low`: the first offset the table should hold
+    (the log start when the connector reads from the earliest offset), else the smallest offset present."""
+    offsets = _ints(offsets)
+    n = len(offsets)
+    rep = PartitionReport(topic, partition, committed, rows=n)
+    if n:
+        rep.min_offset, rep.max_offset = offsets[0].as_py(), offsets[n - 1].as_py()
+        repeated = offsets.slice(1).filter(pc.equal(offsets.slice(1), offsets.slice(0, n - 1)))
+        rep.duplicated = len(repeated)
+        rep.duplicate_samples = pc.unique(repeated).slice(0, SAMPLES).to_pylist()
+    if committed is None:
+        rep.uncommitted = n
+        rep.uncommitted_samples = offsets.slice(0, SAMPLES).to_pylist()
+        return rep
+    beyond = offsets.filter(pc.greater_equal(offsets, committed))
+    rep.uncommitted = len(beyond)
+    rep.uncommitted_samples = beyond.slice(0, SAMPLES).to_pylist()
+    start = low if low is not None else (rep.min_offset if rep.min_offset is not None else committed)
+    if rep.min_offset is not None and rep.min_offset < start:
+        start = rep.min_offset
+    present = pc.unique(offsets.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, committed))))
+    prev = pa.concat_arrays([pa.array([start - 1], I64), present])
+    nxt = pa.concat_arrays([present, pa.array([committed], I64)])
+    holes = pc.greater(pc.subtract(nxt, prev), 1)
+    rep._starts, rep._ends = pc.add(prev.filter(holes), 1), nxt.filter(holes)
+    rep._present = present
+    rep.missing = _width(rep._starts, rep._ends)
+    rep.unchecked = rep.missing
+    return rep
+
+
+def analyse(coords: pa.Table, committed: dict[tuple[str, int], int | None],
+            lows: dict[tuple[str, int], int] | None = None) -> list[PartitionReport]:
+    """Every partition in the table or in the committed offsets, from coordinates sorted as read_coordinates
+    sorts them."""
+    lows = lows or {}
+    reports: dict[tuple[str, int], PartitionReport] = {}
+    valid = coords.drop_null()
+    if valid.num_rows:
+        topic_codes = pc.dictionary_encode(valid["_kafka_topic"].combine_chunks())
+        topics = topic_codes.dictionary.to_pylist()
+        t_idx = topic_codes.indices
+        parts = _ints(valid["_kafka_partition"])
+        offs = _ints(valid["_kafka_offset"])
+        n = valid.num_rows
+        changed = pc.or_(pc.not_equal(t_idx.slice(1), t_idx.slice(0, n - 1)),
+                         pc.not_equal(parts.slice(1), parts.slice(0, n - 1)))
+        bounds = [0, *(i + 1 for i in pc.indices_nonzero(changed).to_pylist()), n]  # one per partition
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            key = (topics[t_idx[a].as_py()], parts[a].as_py())
+            reports[key] = analyse_partition(key[0], key[1], offs.slice(a, b - a), committed.get(key), lows.get(key))
+    for key, offset in committed.items():
+        if key not in reports:
+            reports[key] = analyse_partition(key[0], key[1], _empty(), offset, lows.get(key))
+    return [reports[k] for k in sorted(reports)]
+
+
+# --- Kafka: classify the missing offsets ---------------------------------------------------------------
+
+class KafkaCheck:
+    """Reads the source partitions (read_committed) only inside missing ranges, and the dead-letter topic."""
+
+    def __init__(self, cfg: LakesinkConfig, budget: int, timeout_s: float = 15.0):
+        from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
+
+        common = {"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)}
+        self._admin = AdminClient(common)
+        self._consumer = Consumer({**common, "group.id": f"lakesink-verify-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "enable.auto.offset.store": False,
+                                   "isolation.level": "read_committed", "enable.partition.eof": False,
+                                   "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
+        self.budget = budget
+        self.timeout_s = timeout_s
+        self.records_read = 0
+
+    def reachable(self) -> str | None:
+        """None when the broker answers, else why not."""
+        try:
+            self._admin.list_topics(timeout=self.timeout_s)
+            return None
+        except Exception as exc:  # noqa: BLE001 - KafkaException of any kind means "not reachable"
+            return str(exc)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
+        from confluent_kafka import TopicPartition
+
+        try:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout_s)
+        except Exception:  # noqa: BLE001 - a partition that no longer exists has no watermarks
+            return None
+        return low, high
+
+    def _read(self, topic: str, partition: int, start: int, end: int, on_batch) -> int:
+        """Feed `on_batch` every batch Kafka delivers (read_committed) from `start` until the position reaches
+        `end`, the record budget runs out or nothing moves for timeout_s. Returns where reading stopped."""
+        from confluent_kafka import TopicPartition
+
+        self._consumer.assign([TopicPartition(topic, partition, start)])
+        position, idle_since = start, time.monotonic()
+        try:
+            while position < end and self.records_read < self.budget:
+                batch = [m for m in self._consumer.consume(10_000, timeout=0.5) if m.error() is None]
+                self.records_read += len(batch)
+                if batch:
+                    on_batch(batch)
+                current = self._consumer.position([TopicPartition(topic, partition)])[0].offset
+                if current > position:
+                    position, idle_since = current, time.monotonic()
+                elif time.monotonic() - idle_since > self.timeout_s:
+                    break
+        finally:
+            self._consumer.unassign()
+        return min(position, end)
+
+    def delivered(self, topic: str, partition: int, start: int, end: int) -> tuple[pa.Array, int]:
+        """Offsets in [start, end) Kafka delivers with read_committed, and where reading stopped (end unless the
+        record budget ran out or the partition stalled)."""
+        chunks: list[pa.Array] = []
+        reached = self._read(topic, partition, start, end,
+                             lambda batch: chunks.append(pa.array([m.offset() for m in batch], I64)))
+        found = pa.concat_arrays(chunks) if chunks else _empty()
+        return found.filter(pc.and_(pc.greater_equal(found, start), pc.less(found, end))), reached
+
+    def dead_lettered(self, dlq_topic: str, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Array]:
+        """Source offsets named by the context headers of the dead-letter topic's records, per wanted partition."""
+        md = self._admin.list_topics(topic=dlq_topic, timeout=self.timeout_s).topics.get(dlq_topic)
+        out: dict[tuple[str, int], list[int]] = {k: [] for k in wanted}
+
+        def collect(batch) -> None:
+            for m in batch:  # the dead-letter topic holds failed records only: small
+                coord = _dlq_coordinates(m.headers())
+                if coord is not None and coord[:2] in out:
+                    out[coord[:2]].append(coord[2])
+
+        if md is not None and md.error is None:
+            for p in sorted(md.partitions):
+                marks = self.watermarks(dlq_topic, p)
+                if marks is not None and marks[1] > marks[0]:
+                    self._read(dlq_topic, p, marks[0], marks[1], collect)
+        return {k: pa.array(sorted(set(v)), I64) for k, v in out.items()}
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _dlq_coordinates(headers) -> tuple[str, int, int] | None:
+    found = {k: v for k, v in (headers or []) if k in DLQ_HEADERS and v is not None}
+    try:
+        return (found[DLQ_HEADERS[0]].decode(), int(found[DLQ_HEADERS[1]]), int(found[DLQ_HEADERS[2]]))
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _clip(starts: pa.Array, ends: pa.Array, low: int, high: int) -> tuple[pa.Array, pa.Array]:
+    if not len(starts):
+        return starts, ends
+    s, e = pc.max_element_wise(starts, low), pc.min_element_wise(ends, high)
+    keep = pc.greater(e, s)
+    return s.filter(keep), e.filter(keep)
+
+
+def _windows(starts: pa.Array, ends: pa.Array) -> list[tuple[int, int]]:
+    """Merge ranges closer than MERGE_DISTANCE into read windows (a loop over ranges, not records)."""
+    out: list[tuple[int, int]] = []
+    for s, e in zip(starts.to_pylist(), ends.to_pylist()):
+        if out and s - out[-1][1] < MERGE_DISTANCE:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def classify_missing(reports: list[PartitionReport], kafka: KafkaCheck, cfg: LakesinkConfig,
+                     marks: dict[tuple[str, int], tuple[int, int]]) -> list[str]:
+    """Split every report's missing offsets into expired / not-in-kafka / dead-lettered / gaps / unchecked."""
+    notes: list[str] = []
+    candidates: dict[tuple[str, int], pa.Array] = {}
+    for rep in reports:
+        if not rep.missing:
+            continue
+        wm = marks.get(rep.key)
+        if wm is None:
+            notes.append(f"{rep.topic}-{rep.partition}: no such partition in Kafka; {rep.missing} missing offset(s) "
+                         f"left unchecked")
+            continue
+        low, high = wm
+        s_in, e_in = _clip(rep._starts, rep._ends, low, high)
+        rep.expired = _width(*_clip(rep._starts, rep._ends, -1, low))
+        rep.not_in_kafka = _width(*_clip(rep._starts, rep._ends, high, 2 ** 63 - 1))
+        if rep.not_in_kafka:
+            notes.append(f"{rep.topic}-{rep.partition}: committed offset {rep.committed} is beyond the partition's end "
+                         f"{high}: was the topic deleted and re-created?")
+        checked = 0
+        found: list[pa.Array] = []
+        for a, b in _windows(s_in, e_in):
+            got, reached = kafka.delivered(rep.topic, rep.partition, a, b)
+            found.append(got)
+            checked += _width(*_clip(s_in, e_in, a, reached))
+            if reached < b:
+                notes.append(f"{rep.topic}-{rep.partition}: stopped reading Kafka at offset {reached} (record budget "
+                             f"or a stalled fetch); offsets past it stay unchecked")
+                break
+        # a delivered offset inside the missing ranges that the table lacks is one of the missing ones
+        got = pa.concat_arrays(found) if found else _empty()
+        present = pc.unique(got.filter(pc.invert(pc.is_in(got, value_set=rep._present))))
+        rep.not_in_kafka += checked - len(present)
+        rep.unchecked = rep.missing - rep.expired - rep.not_in_kafka - len(present)
+        if len(present):
+            candidates[rep.key] = present.take(pc.sort_indices(present))
+    if candidates:
+        by_key = {r.key: r for r in reports}
+        dlq = cfg.errors_deadletterqueue_topic_name
+        dead = kafka.dead_lettered(dlq, set(candidates)) if dlq else {}
+        if dlq and not cfg.errors_deadletterqueue_context_headers_enable:
+            notes.append("errors.deadletterqueue.context.headers.enable=false: dead-lettered records carry no source "
+                         "coordinates, so records in Kafka but not in the table cannot be matched to the DLQ")
+        for key, present in candidates.items():
+            rep = by_key[key]
+            in_dlq = pc.is_in(present, value_set=dead.get(key, _empty()))
+            rep.dead_lettered = int(pc.sum(in_dlq).as_py() or 0)
+            real = present.filter(pc.invert(in_dlq))
+            rep.gaps = len(real)
+            rep.gap_samples = real.slice(0, SAMPLES).to_pylist()
+    return notes
+
+
+# --- the whole audit -----------------------------------------------------------------------------------
+
+@dataclass
+class Report:
+    table_path: str
+    connector: str
+    table_exists: bool
+    table_version: int | None
+    txn_version: int | None
+    kafka: str
+    partitions: list[PartitionReport]
+    notes: list[str]
+    accept_unchecked: bool = False
+
+    def totals(self) -> dict[str, int]:
+        keys = ("rows", "duplicated", "missing", "uncommitted", "gaps", "dead_lettered", "not_in_kafka", "expired",
+                "unchecked")
+        out = {"partitions": len(self.partitions)}
+        out.update({k: sum(getattr(p, k) for p in self.partitions) for k in keys})
+        return out
+
+    @property
+    def ok(self) -> bool:
+        t = self.totals()
+        return (t["duplicated"] == 0 and t["uncommitted"] == 0 and t["gaps"] == 0
+                and (t["unchecked"] == 0 or self.accept_unchecked))
+
+    def summary(self) -> str:
+        t = self.totals()
+        return (f"verify: partitions={t['partitions']} rows={t['rows']} duplicated={t['duplicated']} "
+                f"missing={t['missing']} uncommitted={t['uncommitted']} gaps={t['gaps']} "
+                f"unchecked={t['unchecked']} result={'ok' if self.ok else 'FAILED'}")
+
+    def to_json(self) -> dict:
+        return {"table": self.table_path, "connector": self.connector, "table_exists": self.table_exists,
+                "table_version": self.table_version, "txn_version": self.txn_version, "kafka": self.kafka,
+                "ok": self.ok, "totals": self.totals(), "notes": self.notes,
+                "partitions": [p.public() for p in self.partitions]}
+
+    def render(self) -> str:
+        head = ("topic", "part", "committed", "rows", "dup", "uncommitted", "missing", "not-in-kafka", "expired",
+                "dlq", "gaps", "unchecked")
+        rows = [head] + [(p.topic, str(p.partition), "-" if p.committed is None else str(p.committed), str(p.rows),
+                          str(p.duplicated), str(p.uncommitted), str(p.missing), str(p.not_in_kafka), str(p.expired),
+                          str(p.dead_lettered), str(p.gaps), str(p.unchecked)) for p in self.partitions]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = [f"table {self.table_path} (connector {self.connector}): Delta version {self.table_version}, "
+                 f"lakesink txn version {self.txn_version}; Kafka: {self.kafka}"]
+        lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                  for r in rows]
+        for p in self.partitions:
+            tp = f"{p.topic}-{p.partition}"
+            if p.duplicate_samples:
+                lines.append(f"  {tp}: duplicated offsets, e.g. {p.duplicate_samples}")
+            if p.uncommitted_samples:
+                lines.append(f"  {tp}: rows at or beyond committed offset {p.committed}, e.g. {p.uncommitted_samples}")
+            if p.gap_samples:
+                lines.append(f"  {tp}: records in Kafka but neither in the table nor dead-lettered, e.g. {p.gap_samples}")
+        lines += [f"  note: {n}" for n in self.notes]
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+
+def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_000_000,
+           kafka_timeout_s: float = 15.0) -> Report:
+    if not cfg.connect_meta_data:
+        raise VerifyError(
+            f"connector {cfg.name!r} runs with connect.meta.data=false: its rows carry no _kafka_topic/_kafka_partition/"
+            f"_kafka_offset columns, so verify cannot compare them with the committed offsets. Set "
+            f"connect.meta.data=true (it applies to a new table; an existing table keeps its schema)")
+    state = read_committed(cfg.table_path, cfg.name)
+    if state.snapshot is None:
+        return Report(cfg.table_path, cfg.name, False, None, None, "not needed", [],
+                      ["the table does not exist yet: nothing was committed, nothing to verify"])
+    coords = read_coordinates(state.snapshot)
+    nulls = coords.num_rows - coords.drop_null().num_rows
+    notes: list[str] = []
+    if state.txn_version is None:
+        notes.append(f"the table has no lakesink commit of connector {cfg.name!r}: every row counts as uncommitted")
+    kafka_status = "skipped (--no-kafka)"
+    marks: dict[tuple[str, int], tuple[int, int]] = {}
+    kafka: KafkaCheck | None = None
+    if use_kafka:
+        kafka = KafkaCheck(cfg, kafka_budget, kafka_timeout_s)
+        why = kafka.reachable()
+        if why is None:
+            kafka_status = "reachable"
+        else:
+            kafka_status = f"unreachable ({why})"
+            kafka.close()
+            kafka = None
+    try:
+        keys = set(state.offsets)
+        if kafka is not None:
+            present = coords.drop_null().group_by(["_kafka_topic", "_kafka_partition"]).aggregate([])
+            keys |= set(zip(present["_kafka_topic"].to_pylist(), present["_kafka_partition"].to_pylist()))
+            for key in sorted(keys):
+                wm = kafka.watermarks(*key)
+                if wm is not None:
+                    marks[key] = wm
+        lows = {k: wm[0] for k, wm in marks.items()} if cfg.kafka_auto_offset_reset == "earliest" else {}
+        reports = analyse(coords, state.offsets, lows)
+        if kafka is not None:
+            notes += classify_missing(reports, kafka, cfg, marks)
+            kafka_status += f", {kafka.records_read} record(s) read"
+    finally:
+        if kafka is not None:
+            kafka.close()
+    if nulls:
+        notes.append(f"{nulls} row(s) have no source coordinates (null _kafka_* values): they were not written by "
+                     f"lakesink")
+    report = Report(cfg.table_path, cfg.name, True, state.table_version, state.txn_version, kafka_status, reports,
+                    notes, accept_unchecked=not use_kafka)
+    if nulls:
+        report.partitions.append(PartitionReport("<null>", -1, None, rows=nulls, uncommitted=nulls))
+    return report
+
+
+def main(cfg: LakesinkConfig, as_json: bool = False, use_kafka: bool = True) -> int:
+    report = verify(cfg, use_kafka=use_kafka)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.render())
+    return 0 if report.ok else 1

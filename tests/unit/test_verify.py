@@ -1,0 +1,311 @@
+"""`lakesink verify`: the per-partition analysis, the classification of missing offsets, and the command on
+small Delta tables written with delta-rs (no JVM, no broker: Kafka is a fake or unreachable)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from connector import verify
+from connector.config import config_from_dict
+from connector.messages import txn_version
+from connector.verify import KafkaCheck, PartitionReport, analyse, analyse_partition, classify_missing
+
+T = "events"
+
+
+def offsets(*values: int) -> pa.Array:
+    return pa.array(sorted(values), pa.int64())
+
+
+def coords(rows: list[tuple[str, int, int]]) -> pa.Table:
+    table = pa.table({"_kafka_topic": pa.array([r[0] for r in rows], pa.string()),
+                      "_kafka_partition": pa.array([r[1] for r in rows], pa.int32()),
+                      "_kafka_offset": pa.array([r[2] for r in rows], pa.int64())})
+    return table.sort_by([(c, "ascending") for c in verify.COORDINATES])
+
+
+# --- analyse_partition ------------------------------------------------------------------------------------
+
+def test_exactly_once_partition_is_clean() -> None:
+    rep = analyse_partition(T, 0, range(10), committed=10)
+    assert (rep.rows, rep.duplicated, rep.uncommitted, rep.missing) == (10, 0, 0, 0)
+    assert (rep.min_offset, rep.max_offset) == (0, 9)
+
+
+def test_duplicates_count_every_extra_copy() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 1, 1, 2, 2, 2, 3), committed=4)
+    assert rep.duplicated == 3
+    assert rep.duplicate_samples == [1, 2]
+    assert rep.missing == 0
+
+
+def test_rows_at_or_beyond_the_committed_offset_are_uncommitted() -> None:
+    rep = analyse_partition(T, 0, range(12), committed=10)
+    assert rep.uncommitted == 2
+    assert rep.uncommitted_samples == [10, 11]
+    assert rep.missing == 0
+
+
+def test_missing_offsets_below_the_committed_offset() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 1, 4, 5, 9), committed=12)
+    assert rep.missing == 7  # 2 3 6 7 8 10 11
+    assert rep._starts.to_pylist() == [2, 6, 10] and rep._ends.to_pylist() == [4, 9, 12]
+    assert rep.unchecked == 7
+
+
+def test_low_bound_extends_the_range_below_the_first_row() -> None:
+    assert analyse_partition(T, 0, offsets(3, 4), committed=5, low=0).missing == 3
+    # without a low bound the table alone cannot tell what came before its first row
+    assert analyse_partition(T, 0, offsets(3, 4), committed=5).missing == 0
+    # a low bound above the first row never hides a row
+    assert analyse_partition(T, 0, offsets(3, 4), committed=5, low=4).missing == 0
+
+
+def test_empty_partition_with_a_committed_offset() -> None:
+    rep = analyse_partition(T, 0, [], committed=5, low=2)
+    assert (rep.rows, rep.missing) == (0, 3)
+    assert analyse_partition(T, 0, [], committed=5).missing == 0
+
+
+def test_no_committed_offset_makes_every_row_uncommitted() -> None:
+    rep = analyse_partition(T, 0, range(3), committed=None)
+    assert rep.uncommitted == 3 and rep.missing == 0
+
+
+def test_analyse_splits_topics_and_partitions_and_adds_committed_ones() -> None:
+    rows = [("a", 0, 0), ("a", 0, 1), ("a", 1, 0), ("a", 1, 0), ("b", 0, 5), ("b", 0, 7)]
+    reports = analyse(coords(rows), {("a", 0): 2, ("a", 1): 1, ("b", 0): 8, ("c", 3): 4})
+    by = {r.key: r for r in reports}
+    assert list(by) == [("a", 0), ("a", 1), ("b", 0), ("c", 3)]
+    assert (by[("a", 0)].rows, by[("a", 0)].duplicated, by[("a", 0)].missing) == (2, 0, 0)
+    assert by[("a", 1)].duplicated == 1
+    assert by[("b", 0)].missing == 1  # 6
+    assert (by[("c", 3)].rows, by[("c", 3)].missing) == (0, 0)
+    assert all(r.uncommitted == 0 for r in reports)
+
+
+def test_analyse_counts_rows_of_partitions_nothing_committed() -> None:
+    reports = analyse(coords([("a", 0, 0), ("z", 0, 0)]), {("a", 0): 1})
+    assert {r.key: r.uncommitted for r in reports} == {("a", 0): 0, ("z", 0): 1}
+
+
+def test_large_partition_is_analysed_without_python_loops() -> None:
+    import time
+
+    n = 2_000_000
+    keep = pc.invert(pc.is_in(pa.array(range(n), pa.int64()), value_set=pa.array([10, 500_000], pa.int64())))
+    data = pa.concat_arrays([pa.array(range(n), pa.int64()).filter(keep), pa.array([7], pa.int64())])
+    data = data.take(pc.sort_indices(data))
+    began = time.monotonic()
+    rep = analyse_partition(T, 0, data, committed=n + 3)
+    assert (rep.duplicated, rep.missing, rep.uncommitted) == (1, 5, 0)  # 10, 500000, n, n+1, n+2
+    assert time.monotonic() - began < 5, "two million offsets must take well under a second, vectorised"
+
+
+# --- classify_missing with a fake broker ------------------------------------------------------------------
+
+class FakeKafka(KafkaCheck):
+    """Partitions as {key: (log start, end, delivered offsets)}, a dead-letter topic as {key: offsets}."""
+
+    def __init__(self, logs: dict, dlq: dict | None = None, stop_at: int | None = None):
+        self.logs, self.dlq, self.stop_at = logs, dlq or {}, stop_at
+        self.records_read = 0
+        self.reads: list[tuple[int, int]] = []
+
+    def delivered(self, topic, partition, start, end):
+        self.reads.append((start, end))
+        _, _, present = self.logs[(topic, partition)]
+        reached = end if self.stop_at is None else min(end, self.stop_at)
+        got = [o for o in present if start <= o < reached]
+        self.records_read += len(got)
+        return pa.array(got, pa.int64()), reached
+
+    def dead_lettered(self, dlq_topic, wanted):
+        return {k: pa.array(self.dlq.get(k, []), pa.int64()) for k in wanted}
+
+
+def cfg(**extra):
+    settings = {"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": T,
+                "target.base.path": "/nowhere", "target.table.name": "events"}
+    settings.update(extra)
+    return config_from_dict(settings)
+
+
+def classify(rep: PartitionReport, kafka: FakeKafka, config=None) -> list[str]:
+    marks = {k: (v[0], v[1]) for k, v in kafka.logs.items()}
+    return classify_missing([rep], kafka, config or cfg(), marks)
+
+
+def test_missing_offsets_are_classified() -> None:
+    # table 0 1 5 8 9, committed 12: missing 2 3 4 6 7 10 11. Kafka holds [1, 11) and delivers 1 2 3 5 6 8 9 10
+    # (4 and 7 are transaction markers); 2 was dead-lettered; 3, 6 and 10 are real gaps; 11 is beyond the end.
+    rep = analyse_partition(T, 0, offsets(0, 1, 5, 8, 9), committed=12, low=0)
+    kafka = FakeKafka({(T, 0): (1, 11, [1, 2, 3, 5, 6, 8, 9, 10])}, dlq={(T, 0): [2]})
+    notes = classify(rep, kafka, cfg(**{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}))
+    assert rep.missing == 7
+    assert (rep.expired, rep.not_in_kafka, rep.dead_lettered, rep.gaps, rep.unchecked) == (0, 3, 1, 3, 0)
+    assert rep.gap_samples == [3, 6, 10]
+    assert any("beyond the partition's end" in n for n in notes)
+
+
+def test_each_class_of_missing_offset() -> None:
+    # committed 20; table holds 0, 5..9, 12; log start 3 (1 2 expired), end 18 (18 19 beyond it)
+    rep = analyse_partition(T, 0, offsets(0, 5, 6, 7, 8, 9, 12), committed=20)
+    assert rep.missing == 13  # 1 2 3 4 10 11 13..19
+    kafka = FakeKafka({(T, 0): (3, 18, [3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 16])}, dlq={(T, 0): [13, 99]})
+    classify(rep, kafka, cfg(**{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}))
+    assert rep.expired == 2  # 1 2
+    assert rep.not_in_kafka == 5  # 10 15 17 never delivered, 18 19 beyond the end
+    assert rep.dead_lettered == 1  # 13
+    assert rep.gaps == 5 and rep.gap_samples == [3, 4, 11, 14, 16]
+    assert rep.unchecked == 0
+    assert rep.expired + rep.not_in_kafka + rep.dead_lettered + rep.gaps + rep.unchecked == rep.missing
+
+
+def test_without_dead_letter_topic_every_record_found_in_kafka_is_a_gap() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 3), committed=4)
+    classify(rep, FakeKafka({(T, 0): (0, 4, [0, 1, 2, 3])}))
+    assert (rep.gaps, rep.dead_lettered, rep.gap_samples) == (2, 0, [1, 2])
+
+
+def test_reading_stops_early_and_leaves_the_rest_unchecked() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 5), committed=10, low=0)
+    kafka = FakeKafka({(T, 0): (0, 10, [1, 2, 3, 4, 6, 7, 8, 9])}, stop_at=3)
+    notes = classify(rep, kafka)
+    assert rep.gaps == 2  # 1 2 read before the stop
+    assert rep.unchecked == rep.missing - 2 == 6
+    assert any("stopped reading Kafka" in n for n in notes)
+
+
+def test_close_ranges_are_read_in_one_window() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 2, 4, 50_000), committed=50_001, low=0)
+    kafka = FakeKafka({(T, 0): (0, 50_001, [])})
+    classify(rep, kafka)
+    assert kafka.reads == [(1, 50_000)]
+    assert rep.not_in_kafka == rep.missing and rep.gaps == 0 and rep.unchecked == 0
+
+
+# --- the whole command on real Delta tables (delta-rs) ------------------------------------------------------
+
+def write_table(path: Path, rows: list[tuple[str, int, int]], app_id: str | None = "sink",
+                committed: dict | None = None, meta: bool = True) -> None:
+    """A lakesink-shaped table: one append carrying a txn version, and the manifest of that version."""
+    import deltalake
+
+    data = {"id": pa.array(range(len(rows)), pa.int64())}
+    if meta:
+        data.update({"_kafka_topic": pa.array([r[0] for r in rows], pa.string()),
+                     "_kafka_partition": pa.array([r[1] for r in rows], pa.int32()),
+                     "_kafka_offset": pa.array([r[2] for r in rows], pa.int64())})
+    version = txn_version(1, 3)
+    props = deltalake.CommitProperties(app_transactions=[deltalake.Transaction(app_id, version)]) if app_id else None
+    deltalake.write_deltalake(str(path), pa.table(data), mode="append", commit_properties=props)
+    if app_id and committed is not None:
+        commits = path / "_lakesink" / "commits"
+        commits.mkdir(parents=True, exist_ok=True)
+        body = {"version": version, "offsets": [{"topic": t, "partition": p, "offset": o}
+                                                for (t, p), o in committed.items()]}
+        (commits / f"{version:020d}.json").write_text(json.dumps(body))
+
+
+def config_file(tmp_path: Path, **extra) -> Path:
+    settings = {"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": T,
+                "target.base.path": str(tmp_path), "target.table.name": "events", **extra}
+    path = tmp_path / "sink.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    return path
+
+
+def run_cli(*argv: str) -> int:
+    from connector.cli import main
+
+    return main(["verify", *argv])
+
+
+def test_cli_exactly_once_table_exits_0_with_summary(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, o) for o in range(5)] + [(T, 1, o) for o in range(3)],
+                committed={(T, 0): 5, (T, 1): 3})
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
+    out = capsys.readouterr().out
+    assert "verify: partitions=2 rows=8 duplicated=0 missing=0 uncommitted=0" in out
+    assert "lakesink txn version 4294967299" in out
+
+
+def test_cli_duplicates_and_uncommitted_rows_exit_1(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0), (T, 0, 1), (T, 0, 1), (T, 0, 2), (T, 0, 3)],
+                committed={(T, 0): 3})
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka", "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert report["totals"]["duplicated"] == 1 and report["totals"]["uncommitted"] == 1
+    (part,) = report["partitions"]
+    assert part["duplicate_samples"] == [1] and part["uncommitted_samples"] == [3]
+
+
+def test_missing_offsets_fail_when_the_broker_cannot_check_them(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0), (T, 0, 2)], committed={(T, 0): 3})
+    report = verify.verify(config_from_dict({"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1",
+                                             "kafka.topic.names": T, "target.base.path": str(tmp_path),
+                                             "target.table.name": "events"}), kafka_timeout_s=1.0)
+    assert report.kafka.startswith("unreachable")
+    assert (report.totals()["missing"], report.totals()["unchecked"]) == (1, 1)
+    assert not report.ok
+    # --no-kafka accepts them as unchecked
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
+    assert "missing=1" in capsys.readouterr().out
+
+
+def test_verify_leaves_manifests_above_the_txn_version(tmp_path) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1})
+    later = tmp_path / "events" / "_lakesink" / "commits" / f"{txn_version(1, 4):020d}.json"
+    later.write_text(json.dumps({"version": txn_version(1, 4), "offsets": []}))
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
+    assert later.exists(), "verify must never drop a manifest: a coordinator may be committing it"
+
+
+def test_no_table_yet_is_nothing_to_verify(tmp_path, capsys) -> None:
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
+    assert "does not exist yet" in capsys.readouterr().out
+
+
+def test_meta_data_off_is_refused_clearly(tmp_path, capsys) -> None:
+    assert run_cli("--config", str(config_file(tmp_path, **{"connect.meta.data": "false"}))) == 1
+    assert "connect.meta.data=false" in capsys.readouterr().err
+
+
+def test_table_without_coordinate_columns_is_refused_clearly(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1}, meta=False)
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 1
+    assert "needs connect.meta.data=true" in capsys.readouterr().err
+
+
+def test_missing_manifest_is_refused_clearly(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0)], committed=None)
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 1
+    assert "manifest of that version is missing" in capsys.readouterr().err
+
+
+def test_rows_of_another_writer_without_a_lakesink_commit_are_uncommitted(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0), (T, 0, 1)], app_id=None)
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 1
+    assert "uncommitted=2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [(None, 0, 1), (T, None, 1), (T, 0, None)])
+def test_rows_without_coordinates_fail(tmp_path, bad) -> None:
+    import deltalake
+
+    write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1})
+    deltalake.write_deltalake(str(tmp_path / "events"), pa.table({
+        "id": pa.array([9], pa.int64()), "_kafka_topic": pa.array([bad[0]], pa.string()),
+        "_kafka_partition": pa.array([bad[1]], pa.int32()), "_kafka_offset": pa.array([bad[2]], pa.int64())}),
+        mode="append")
+    report = verify.verify(config_from_dict({"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1",
+                                             "kafka.topic.names": T, "target.base.path": str(tmp_path),
+                                             "target.table.name": "events"}), use_kafka=False)
+    assert not report.ok and report.totals()["uncommitted"] == 1
+    assert any("no source coordinates" in n for n in report.notes)
