@@ -1,0 +1,271 @@
+"""Versioned control-topic messages: one frozen dataclass per type, JSON on the wire.
+
+Every message carries the connector name, the coordinator epoch (fencing token), the txn id, a unique
+message id and the wall-clock time it was built. Offsets are Kafka "next offset to read" ints, or None
+for "nothing committed yet: start at the beginning of the partition".
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import KW_ONLY, MISSING, Field, dataclass, field, fields
+from typing import Any, TypeAlias
+
+from connector.errors import ProtocolError
+
+SCHEMA_VERSION = 1
+
+TopicPartition: TypeAlias = tuple[str, int]
+Offsets: TypeAlias = dict[TopicPartition, int | None]
+
+_TXN_BITS = 32
+_TXN_MASK = (1 << _TXN_BITS) - 1
+
+
+def txn_version(epoch: int, txn: int) -> int:
+    """The Delta idempotent-write version (txnVersion) of `txn` in `epoch`: newer epochs sort higher."""
+    if epoch < 0 or not 0 <= txn <= _TXN_MASK:
+        raise ValueError(f"epoch {epoch} / txn {txn} out of range: need epoch >= 0 and 0 <= txn < 2**32")
+    return epoch << _TXN_BITS | txn
+
+
+def split_version(version: int) -> tuple[int, int]:
+    """(epoch, txn) of a version built by txn_version."""
+    if version < 0:
+        raise ValueError(f"txn version {version} is negative: it was not built by txn_version")
+    return version >> _TXN_BITS, version & _TXN_MASK
+
+
+class DecodeError(ProtocolError):
+    """Bytes on the control topic are not a control message this version can read."""
+
+
+class UnknownMessageType(DecodeError):
+    """A message of a type or schema version newer than this lakesink: upgrade to read it."""
+
+
+def _new_message_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class _Envelope:
+    connector: str
+    epoch: int
+    txn: int
+    _: KW_ONLY
+    message_id: str = field(default_factory=_new_message_id)
+    sent_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class StartCommit(_Envelope):
+    offsets: Offsets
+
+
+@dataclass(frozen=True)
+class EndCommit(_Envelope):
+    pass
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    path: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class WriteStatus(_Envelope):
+    """One participant's file group for a txn, covering offsets [start_offset, next_offset)."""
+
+    topic: str
+    partition: int
+    worker: str
+    start_offset: int | None
+    first_offset: int | None
+    next_offset: int | None
+    files: tuple[StagedFile, ...]
+    rows: int
+    bytes: int
+    records_failed: int = 0
+    records_dead_lettered: int = 0
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class AckCommit(_Envelope):
+    table_version: int | None
+    offsets: Offsets
+
+
+@dataclass(frozen=True)
+class Progress(_Envelope):
+    payload: dict[str, Any]
+
+
+Message: TypeAlias = StartCommit | EndCommit | WriteStatus | AckCommit | Progress
+
+_TYPE_NAMES: dict[type, str] = {
+    StartCommit: "START_COMMIT",
+    EndCommit: "END_COMMIT",
+    WriteStatus: "WRITE_STATUS",
+    AckCommit: "ACK_COMMIT",
+    Progress: "PROGRESS",
+}
+_TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in _TYPE_NAMES.items()}
+
+
+def encode(msg: Message) -> bytes:
+    name = _TYPE_NAMES.get(type(msg))
+    if name is None:
+        raise ProtocolError(f"{type(msg).__name__} is not a control message: only {sorted(_TYPES_BY_NAME)} can be sent")
+    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "type": name}
+    for f in fields(msg):
+        value = getattr(msg, f.name)
+        body[f.name] = _ENCODERS[f.name](value) if f.name in _ENCODERS else value
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"cannot encode {name} txn {msg.txn}: {e}; keep every field JSON-serializable") from e
+
+
+def decode(data: bytes) -> Message:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise DecodeError(f"control message value must be bytes, got {type(data).__name__}")
+    try:
+        body = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise DecodeError(f"not a UTF-8 JSON control message: {e}") from None
+    if not isinstance(body, dict):
+        raise DecodeError(f"control message must be a JSON object, got {type(body).__name__}")
+    version = body.get("schema_version")
+    if not _is_int(version) or version < 1:
+        raise DecodeError(f"schema_version must be a positive integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise UnknownMessageType(
+            f"schema_version {version} is newer than {SCHEMA_VERSION}: upgrade lakesink to read this message"
+        )
+    name = body.get("type")
+    cls = _TYPES_BY_NAME.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise UnknownMessageType(f"unknown control message type {name!r}; known: {sorted(_TYPES_BY_NAME)}")
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in body:
+            if _has_plain_default(f):
+                continue
+            raise DecodeError(f"{name} lacks field {f.name!r}")
+        try:
+            values[f.name] = _DECODERS[f.name](body[f.name])
+        except DecodeError as e:
+            raise DecodeError(f"{name}.{f.name}: {e}") from None
+    return cls(**values)
+
+
+def _has_plain_default(f: Field[Any]) -> bool:
+    return f.default is not MISSING
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _encode_offsets(offsets: Offsets) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
+
+
+def _encode_files(files: tuple[StagedFile, ...]) -> list[dict[str, Any]]:
+    return [{"path": f.path, "rows": f.rows, "bytes": f.bytes} for f in files]
+
+
+_ENCODERS: dict[str, Callable[[Any], Any]] = {
+    "offsets": _encode_offsets,
+    "files": _encode_files,
+    "payload": dict,
+}
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise DecodeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _count(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise DecodeError(f"expected a non-negative integer, got {value!r}")
+
+
+def _optional_count(value: object) -> int | None:
+    return None if value is None else _count(value)
+
+
+def _float(value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise DecodeError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _object(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DecodeError(f"expected an object, got {value!r}")
+    return value
+
+
+def _list_of_objects(value: object) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise DecodeError(f"expected a list, got {value!r}")
+    return [_object(item) for item in value]
+
+
+def _member(item: dict[str, Any], key: str, decoder: Callable[[object], Any]) -> Any:
+    if key not in item:
+        raise DecodeError(f"entry {item!r} lacks {key!r}")
+    return decoder(item[key])
+
+
+def _decode_offsets(value: object) -> Offsets:
+    offsets: Offsets = {}
+    for item in _list_of_objects(value):
+        tp = (_member(item, "topic", _str), _member(item, "partition", _count))
+        if tp in offsets:
+            raise DecodeError(f"partition {tp} listed twice")
+        offsets[tp] = _member(item, "offset", _optional_count)
+    return offsets
+
+
+def _decode_files(value: object) -> tuple[StagedFile, ...]:
+    return tuple(
+        StagedFile(_member(item, "path", _str), _member(item, "rows", _count), _member(item, "bytes", _count))
+        for item in _list_of_objects(value)
+    )
+
+
+_DECODERS: dict[str, Callable[[object], Any]] = {
+    "connector": _str,
+    "message_id": _str,
+    "topic": _str,
+    "worker": _str,
+    "epoch": _count,
+    "txn": _count,
+    "partition": _count,
+    "rows": _count,
+    "bytes": _count,
+    "records_failed": _count,
+    "records_dead_lettered": _count,
+    "start_offset": _optional_count,
+    "first_offset": _optional_count,
+    "next_offset": _optional_count,
+    "table_version": _optional_count,
+    "sent_at": _float,
+    "offsets": _decode_offsets,
+    "files": _decode_files,
+    "payload": _object,
+}

@@ -1,0 +1,247 @@
+"""The coordinator's transaction state machine: decoded messages and clock ticks in, effects out.
+
+No I/O and no threads: the runtime sends what `Send` carries, performs the Delta commit a `Commit`
+asks for, and reports back with `on_committed`, `on_commit_skipped` or `on_commit_failed`.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeAlias, cast
+
+from connector.clock import Clock, Deadline
+from connector.errors import ProtocolError
+from connector.messages import (
+    AckCommit,
+    EndCommit,
+    Message,
+    Offsets,
+    StartCommit,
+    TopicPartition,
+    WriteStatus,
+    txn_version,
+)
+
+
+class Phase(Enum):
+    IDLE = "idle"
+    CONSUMING = "consuming"
+    COLLECTING = "collecting"
+    COMMITTING = "committing"
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True)
+class Send:
+    message: Message
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Append every status's file group and set the committed offsets to `offsets`, in one Delta commit."""
+
+    epoch: int
+    txn: int
+    version: int
+    statuses: tuple[WriteStatus, ...]
+    offsets: Offsets
+
+
+Effect: TypeAlias = Send | Commit
+
+_FENCING_TYPES = (StartCommit, EndCommit, AckCommit)
+
+
+class CoordinatorState:
+    def __init__(
+        self,
+        connector: str,
+        clock: Clock,
+        interval_ms: int,
+        writestatus_timeout_ms: int,
+        partitions: Callable[[], Iterable[TopicPartition]],
+    ):
+        self._connector = connector
+        self._clock = clock
+        self._interval_s = interval_ms / 1000
+        self._timeout_s = writestatus_timeout_ms / 1000
+        self._partitions = partitions
+        self._phase = Phase.IDLE
+        self._epoch = -1
+        self._txn = 0
+        self._committed: Offsets = {}
+        self._start_offsets: Offsets = {}
+        self._received: dict[TopicPartition, WriteStatus] = {}
+        self._deadline: Deadline | None = None
+        self._stats: Counter[str] = Counter()
+
+    @property
+    def epoch(self) -> int | None:
+        return None if self._phase is Phase.IDLE else self._epoch
+
+    @property
+    def txn(self) -> int:
+        return self._txn
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def fenced(self) -> bool:
+        return self._phase is Phase.FENCED
+
+    @property
+    def committed_offsets(self) -> Offsets:
+        return dict(self._committed)
+
+    @property
+    def expected(self) -> frozenset[TopicPartition]:
+        return frozenset(self._start_offsets)
+
+    @property
+    def received(self) -> Mapping[TopicPartition, WriteStatus]:
+        return dict(self._received)
+
+    @property
+    def stats(self) -> Counter[str]:
+        return self._stats
+
+    def begin(self, epoch: int, offsets: Offsets, next_txn: int = 1) -> list[Effect]:
+        """Start transacting as `epoch`, which the runtime has claimed in the table it read `offsets` from."""
+        if epoch <= self._epoch:
+            raise ProtocolError(
+                f"{self._connector}: begin(epoch={epoch}) after epoch {self._epoch}; claim a newer epoch first"
+            )
+        if next_txn < 1:
+            raise ProtocolError(f"{self._connector}: next_txn must be >= 1 (txn 0 is the epoch claim), got {next_txn}")
+        self._epoch = epoch
+        self._committed = dict(offsets)
+        return self._start(next_txn)
+
+    def tick(self) -> list[Effect]:
+        if self._deadline is None or not self._deadline.expired():
+            return []
+        if self._phase is Phase.CONSUMING:
+            return self._end()
+        if self._phase is Phase.COLLECTING:
+            self._stats["txn_timed_out"] += 1
+            return self._start(self._txn + 1)
+        return []
+
+    def on_message(self, msg: Message) -> list[Effect]:
+        reason = self._ignore_reason(msg)
+        if reason is not None:
+            self._stats[reason] += 1
+            if reason == "fenced_by_newer_epoch":
+                self._phase = Phase.FENCED
+                self._deadline = None
+            return []
+        status = cast(WriteStatus, msg)
+        self._received[status.topic_partition] = status
+        self._stats["status_accepted"] += 1
+        return self._commit_if_complete()
+
+    def on_committed(self, table_version: int | None, offsets: Offsets) -> list[Effect]:
+        """The Commit went through: the table now holds `offsets`."""
+        if self._expect_committing("on_committed"):
+            return []
+        self._committed = dict(offsets)
+        self._stats["txn_committed"] += 1
+        return self._ack_and_start(table_version)
+
+    def on_commit_skipped(self) -> list[Effect]:
+        """The runtime wrote nothing for this Commit: the committed offsets stay as they were."""
+        if self._expect_committing("on_commit_skipped"):
+            return []
+        self._stats["commit_skipped"] += 1
+        return self._ack_and_start(None)
+
+    def on_commit_failed(self, offsets: Offsets) -> list[Effect]:
+        """The Commit failed; `offsets` were re-read from the table. The txn is discarded."""
+        if self._expect_committing("on_commit_failed"):
+            return []
+        self._committed = dict(offsets)
+        self._stats["commit_failed"] += 1
+        return self._start(self._txn + 1)
+
+    def _ignore_reason(self, msg: Message) -> str | None:
+        if msg.connector != self._connector:
+            return "other_connector"
+        if self._phase is Phase.FENCED:
+            return "fenced"
+        if self._phase is Phase.IDLE:
+            return "idle"
+        if msg.epoch > self._epoch:
+            return "fenced_by_newer_epoch" if isinstance(msg, _FENCING_TYPES) else "newer_epoch"
+        if msg.epoch < self._epoch:
+            return "older_epoch"
+        if not isinstance(msg, WriteStatus):
+            return "not_write_status"
+        if msg.txn != self._txn:
+            return "other_txn"
+        if self._phase is not Phase.COLLECTING:
+            return "not_collecting"
+        tp = msg.topic_partition
+        if tp not in self._start_offsets:
+            return "unexpected_partition"
+        if tp in self._received:
+            return "duplicate_status"
+        if msg.start_offset != self._start_offsets[tp]:
+            return "start_offset_mismatch"
+        if not _offsets_consistent(msg):
+            return "inconsistent_offsets"
+        return None
+
+    def _start(self, txn: int) -> list[Effect]:
+        self._txn = txn
+        self._start_offsets = {tp: self._committed.get(tp) for tp in sorted(set(self._partitions()))}
+        self._received = {}
+        self._phase = Phase.CONSUMING
+        self._deadline = Deadline.after(self._clock, self._interval_s)
+        start = StartCommit(self._connector, self._epoch, txn, dict(self._start_offsets), sent_at=self._clock.wall())
+        return [Send(start)]
+
+    def _end(self) -> list[Effect]:
+        self._phase = Phase.COLLECTING
+        self._deadline = Deadline.after(self._clock, self._timeout_s)
+        end = EndCommit(self._connector, self._epoch, self._txn, sent_at=self._clock.wall())
+        return [Send(end), *self._commit_if_complete()]
+
+    def _commit_if_complete(self) -> list[Effect]:
+        if self._received.keys() != self._start_offsets.keys():
+            return []
+        offsets = dict(self._committed)
+        for tp, status in self._received.items():
+            if status.next_offset is not None:
+                offsets[tp] = status.next_offset
+        self._phase = Phase.COMMITTING
+        self._deadline = None
+        statuses = tuple(self._received[tp] for tp in sorted(self._received))
+        return [Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets)]
+
+    def _ack_and_start(self, table_version: int | None) -> list[Effect]:
+        ack = AckCommit(
+            self._connector, self._epoch, self._txn, table_version, dict(self._committed), sent_at=self._clock.wall()
+        )
+        return [Send(ack), *self._start(self._txn + 1)]
+
+    def _expect_committing(self, call: str) -> bool:
+        """True when fenced (the call is moot); raises unless a Commit is outstanding."""
+        if self._phase is Phase.FENCED:
+            return True
+        if self._phase is not Phase.COMMITTING:
+            raise ProtocolError(f"{self._connector}: {call} while {self._phase.value}: no Commit is outstanding")
+        return False
+
+
+def _offsets_consistent(status: WriteStatus) -> bool:
+    """[start, next) is a forward range and first_offset, when set, lies inside it."""
+    start, first, next_ = status.start_offset, status.first_offset, status.next_offset
+    if start is not None and (next_ is None or next_ < start):
+        return False
+    if first is None:
+        return True
+    return next_ is not None and first < next_ and (start is None or first >= start)

@@ -1,0 +1,248 @@
+"""One partition's participant state machine: decoded messages and consumed ranges in, effects out.
+
+No I/O: the runtime seeks, pauses and resumes the consumer, flushes and discards file groups, and
+sends what `Send` carries. It performs a `Flush` before feeding the machine anything else and
+answers it with `on_flushed`.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeAlias
+
+from connector.clock import Clock, SystemClock
+from connector.errors import ProtocolError
+from connector.messages import (
+    AckCommit,
+    EndCommit,
+    Message,
+    StagedFile,
+    StartCommit,
+    TopicPartition,
+    WriteStatus,
+)
+
+
+class Phase(Enum):
+    PAUSED = "paused"
+    CONSUMING = "consuming"
+    FLUSHING = "flushing"
+    WAITING_ACK = "waiting_ack"
+
+
+@dataclass(frozen=True)
+class Seek:
+    """Set the consumer position; None means the beginning of the partition."""
+
+    offset: int | None
+
+
+@dataclass(frozen=True)
+class Resume:
+    pass
+
+
+@dataclass(frozen=True)
+class Pause:
+    pass
+
+
+@dataclass(frozen=True)
+class Discard:
+    """Drop everything buffered or staged for the abandoned txn."""
+
+
+@dataclass(frozen=True)
+class Flush:
+    """Flush the buffer into this txn's file group, then call on_flushed."""
+
+    epoch: int
+    txn: int
+
+
+@dataclass(frozen=True)
+class Send:
+    message: Message
+
+
+@dataclass(frozen=True)
+class CommitConsumerOffset:
+    offset: int
+
+
+Effect: TypeAlias = Seek | Resume | Pause | Discard | Flush | Send | CommitConsumerOffset
+
+
+class ParticipantState:
+    def __init__(self, connector: str, topic: str, partition: int, worker: str, *, clock: Clock | None = None):
+        self._connector = connector
+        self._tp: TopicPartition = (topic, partition)
+        self._worker = worker
+        self._clock = clock or SystemClock()
+        self._phase = Phase.PAUSED
+        self._epoch: int | None = None
+        self._txn: int | None = None
+        self._in_txn = False
+        self._start_offset: int | None = None
+        self._first_offset: int | None = None
+        self._position: int | None = None
+        self._position_known = False
+        self._last_status: WriteStatus | None = None
+        self._stats: Counter[str] = Counter()
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self._tp
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
+
+    @property
+    def txn(self) -> int | None:
+        return self._txn
+
+    @property
+    def start_offset(self) -> int | None:
+        return self._start_offset
+
+    @property
+    def first_offset(self) -> int | None:
+        return self._first_offset
+
+    @property
+    def position(self) -> int | None:
+        """The next offset the consumer will read (None: the beginning), once a START has set it."""
+        return self._position
+
+    @property
+    def last_status(self) -> WriteStatus | None:
+        return self._last_status
+
+    @property
+    def stats(self) -> Counter[str]:
+        return self._stats
+
+    def on_message(self, msg: Message) -> list[Effect]:
+        if msg.connector != self._connector:
+            return self._ignore("other_connector")
+        if isinstance(msg, StartCommit):
+            return self._on_start(msg)
+        if not isinstance(msg, (EndCommit, AckCommit)):
+            return self._ignore("not_for_participants")
+        if self._epoch is not None and msg.epoch < self._epoch:
+            return self._ignore("older_epoch")
+        if msg.epoch != self._epoch or msg.txn != self._txn:
+            return self._ignore("other_txn")
+        if not self._in_txn:
+            return self._ignore("not_in_txn")
+        if isinstance(msg, EndCommit):
+            return self._on_end()
+        return self._on_ack(msg)
+
+    def on_records(self, first_offset: int, next_offset: int) -> None:
+        """The runtime consumed a batch of records covering [first_offset, next_offset)."""
+        if self._phase is not Phase.CONSUMING:
+            raise ProtocolError(
+                f"{self._describe()}: records [{first_offset}, {next_offset}) consumed while {self._phase.value}; "
+                "the runtime must stop consuming after Pause"
+            )
+        if next_offset <= first_offset or (self._position is not None and first_offset < self._position):
+            raise ProtocolError(
+                f"{self._describe()}: records [{first_offset}, {next_offset}) do not follow position {self._position}"
+            )
+        if self._first_offset is None:
+            self._first_offset = first_offset
+        self._position = next_offset
+
+    def on_flushed(
+        self,
+        files: Iterable[StagedFile],
+        rows: int,
+        bytes: int,
+        records_failed: int = 0,
+        records_dead_lettered: int = 0,
+    ) -> list[Effect]:
+        if self._phase is not Phase.FLUSHING or self._epoch is None or self._txn is None:
+            raise ProtocolError(f"{self._describe()}: on_flushed while {self._phase.value}; only answer a Flush")
+        status = WriteStatus(
+            self._connector,
+            self._epoch,
+            self._txn,
+            topic=self._tp[0],
+            partition=self._tp[1],
+            worker=self._worker,
+            start_offset=self._start_offset,
+            first_offset=self._first_offset,
+            next_offset=self._position,
+            files=tuple(files),
+            rows=rows,
+            bytes=bytes,
+            records_failed=records_failed,
+            records_dead_lettered=records_dead_lettered,
+            sent_at=self._clock.wall(),
+        )
+        self._last_status = status
+        self._phase = Phase.WAITING_ACK
+        return [Send(status)]
+
+    def _on_start(self, start: StartCommit) -> list[Effect]:
+        if self._epoch is not None and self._txn is not None:
+            if start.epoch < self._epoch:
+                return self._ignore("older_epoch")
+            if start.epoch == self._epoch and start.txn <= self._txn:
+                return self._ignore("duplicate_start" if start.txn == self._txn else "stale_start")
+        pause: list[Effect] = [Pause()] if self._phase is Phase.CONSUMING else []
+        discard: list[Effect] = [] if self._phase is Phase.PAUSED else [Discard()]
+        self._stats["txn_discarded"] += len(discard)
+        self._epoch, self._txn = start.epoch, start.txn
+        self._first_offset = None
+        self._last_status = None
+        self._in_txn = self._tp in start.offsets
+        if not self._in_txn:
+            self._start_offset = None
+            self._phase = Phase.PAUSED
+            return pause + discard
+        offset = start.offsets[self._tp]
+        seek: list[Effect] = [] if self._position_known and self._position == offset else [Seek(offset)]
+        self._position, self._position_known = offset, True
+        self._start_offset = offset
+        self._phase = Phase.CONSUMING
+        return discard + seek + [Resume()]
+
+    def _on_end(self) -> list[Effect]:
+        if self._phase is Phase.CONSUMING and self._epoch is not None and self._txn is not None:
+            self._phase = Phase.FLUSHING
+            return [Pause(), Flush(self._epoch, self._txn)]
+        if self._phase is Phase.WAITING_ACK and self._last_status is not None:
+            self._stats["status_resent"] += 1
+            return [Send(self._last_status)]
+        return self._ignore("duplicate_end")
+
+    def _on_ack(self, ack: AckCommit) -> list[Effect]:
+        if self._phase is Phase.PAUSED:
+            return self._ignore("duplicate_ack")
+        effects: list[Effect] = []
+        if self._phase is Phase.CONSUMING:
+            effects.append(Pause())
+        if self._phase in (Phase.CONSUMING, Phase.FLUSHING):
+            effects.append(Discard())
+            self._stats["ack_without_status"] += 1
+        offset = ack.offsets.get(self._tp)
+        if offset is not None:
+            effects.append(CommitConsumerOffset(offset))
+        self._phase = Phase.PAUSED
+        return effects
+
+    def _ignore(self, reason: str) -> list[Effect]:
+        self._stats[reason] += 1
+        return []
+
+    def _describe(self) -> str:
+        return f"{self._connector} {self._tp[0]}-{self._tp[1]} epoch {self._epoch} txn {self._txn}"

@@ -1,0 +1,284 @@
+import pytest
+
+from connector.clock import FakeClock
+from connector.errors import ProtocolError
+from connector.messages import (
+    AckCommit,
+    EndCommit,
+    Offsets,
+    Progress,
+    StagedFile,
+    StartCommit,
+    TopicPartition,
+    WriteStatus,
+    txn_version,
+)
+from coordinator.state import Commit, CoordinatorState, Effect, Phase, Send
+
+P0: TopicPartition = ("t", 0)
+P1: TopicPartition = ("t", 1)
+INTERVAL_MS = 1000
+TIMEOUT_MS = 5000
+
+
+class Topics:
+    def __init__(self, *tps: TopicPartition):
+        self.tps = list(tps)
+
+    def __call__(self) -> list[TopicPartition]:
+        return list(self.tps)
+
+
+def make(*tps: TopicPartition) -> tuple[CoordinatorState, FakeClock, Topics]:
+    clock, topics = FakeClock(), Topics(*(tps or (P0, P1)))
+    return CoordinatorState("sink", clock, INTERVAL_MS, TIMEOUT_MS, topics), clock, topics
+
+
+def sent(effects: list[Effect]) -> list:
+    return [e.message for e in effects if isinstance(e, Send)]
+
+
+def status(
+    tp: TopicPartition, start: int | None, next_: int | None, *, epoch: int = 1, txn: int = 1, connector: str = "sink"
+) -> WriteStatus:
+    consumed = next_ is not None and next_ != start
+    return WriteStatus(
+        connector, epoch, txn, tp[0], tp[1], "w", start_offset=start,
+        first_offset=(start or 0) if consumed else None, next_offset=next_,
+        files=(StagedFile(f"{tp}.parquet", 1, 10),) if consumed else (), rows=1 if consumed else 0, bytes=10,
+    )
+
+
+def collecting(offsets: Offsets | None = None, *tps: TopicPartition) -> tuple[CoordinatorState, FakeClock, Topics]:
+    coord, clock, topics = make(*tps)
+    coord.begin(1, offsets if offsets is not None else {P0: 10})
+    clock.advance(INTERVAL_MS / 1000)
+    coord.tick()
+    return coord, clock, topics
+
+
+def test_starts_idle_and_ignores_messages() -> None:
+    coord, _, _ = make()
+    assert coord.phase is Phase.IDLE and coord.epoch is None
+    assert coord.tick() == []
+    assert coord.on_message(status(P0, None, 3)) == []
+    assert coord.stats["idle"] == 1
+
+
+def test_begin_sends_start_with_every_partition() -> None:
+    coord, clock, _ = make()
+    effects = coord.begin(4, {P0: 10}, next_txn=9)
+    [start] = sent(effects)
+    assert len(effects) == 1 and isinstance(start, StartCommit)
+    assert (start.connector, start.epoch, start.txn) == ("sink", 4, 9)
+    assert start.offsets == {P0: 10, P1: None}
+    assert start.sent_at == clock.wall()
+    assert (coord.phase, coord.epoch, coord.txn, coord.expected) == (Phase.CONSUMING, 4, 9, {P0, P1})
+
+
+def test_begin_rejects_an_epoch_that_is_not_newer_and_txn_zero() -> None:
+    coord, _, _ = make()
+    coord.begin(2, {})
+    with pytest.raises(ProtocolError):
+        coord.begin(2, {})
+    with pytest.raises(ProtocolError):
+        make()[0].begin(1, {}, next_txn=0)
+
+
+def test_tick_sends_end_after_the_interval() -> None:
+    coord, clock, _ = make()
+    coord.begin(1, {})
+    clock.advance(0.999)
+    assert coord.tick() == []
+    clock.advance(0.001)
+    [end] = sent(coord.tick())
+    assert isinstance(end, EndCommit) and (end.epoch, end.txn) == (1, 1)
+    assert coord.phase is Phase.COLLECTING
+    assert coord.tick() == []
+
+
+def test_commit_when_every_partition_reported() -> None:
+    coord, _, _ = collecting({P0: 10, ("gone", 0): 7})
+    assert coord.on_message(status(P0, 10, 15)) == []
+    assert coord.phase is Phase.COLLECTING and set(coord.received) == {P0}
+    s1 = status(P1, None, 4)
+    [commit] = coord.on_message(s1)
+    assert commit == Commit(
+        1, 1, txn_version(1, 1), (coord.received[P0], s1), {P0: 15, P1: 4, ("gone", 0): 7}
+    )
+    assert coord.phase is Phase.COMMITTING
+
+
+def test_idle_partitions_leave_the_offsets_as_they_were() -> None:
+    coord, _, _ = collecting()
+    coord.on_message(status(P0, 10, 10))
+    [commit] = coord.on_message(status(P1, None, None))
+    assert isinstance(commit, Commit) and commit.offsets == coord.committed_offsets == {P0: 10}
+
+
+def test_status_before_end_is_ignored() -> None:
+    coord, _, _ = make()
+    coord.begin(1, {P0: 10})
+    assert coord.on_message(status(P0, 10, 12)) == []
+    assert coord.stats["not_collecting"] == 1 and not coord.received
+
+
+def test_first_status_wins_and_duplicates_are_counted() -> None:
+    coord, _, _ = collecting()
+    first, second = status(P0, 10, 12), status(P0, 10, 20)
+    coord.on_message(first)
+    coord.on_message(second)
+    coord.on_message(first)
+    assert coord.received[P0] is first and coord.stats["duplicate_status"] == 2
+
+
+@pytest.mark.parametrize(
+    "msg, reason",
+    [
+        (status(P0, 10, 12, connector="other"), "other_connector"),
+        (status(P0, 10, 12, epoch=0), "older_epoch"),
+        (status(P0, 10, 12, epoch=2), "newer_epoch"),
+        (status(P0, 10, 12, txn=0), "other_txn"),
+        (status(P0, 10, 12, txn=2), "other_txn"),
+        (status(("t", 9), None, 12), "unexpected_partition"),
+        (status(P0, 9, 12), "start_offset_mismatch"),
+        (status(P0, None, 12), "start_offset_mismatch"),
+        (status(P0, 10, 9), "inconsistent_offsets"),
+        (status(P0, 10, None), "inconsistent_offsets"),
+        (EndCommit("sink", 1, 1), "not_write_status"),
+        (StartCommit("sink", 1, 1, {P0: 10}), "not_write_status"),
+        (AckCommit("sink", 1, 1, 3, {P0: 10}), "not_write_status"),
+        (StartCommit("sink", 0, 5, {P0: 0}), "older_epoch"),
+        (StartCommit("other", 9, 5, {P0: 0}), "other_connector"),
+        (Progress("sink", 2, 1, {}), "newer_epoch"),
+    ],
+)
+def test_ignored_messages_are_counted(msg, reason: str) -> None:
+    coord, _, _ = collecting()
+    assert coord.on_message(msg) == []
+    assert coord.stats[reason] == 1
+    assert coord.phase is Phase.COLLECTING and not coord.received
+
+
+def test_first_offset_outside_the_range_is_rejected() -> None:
+    coord, _, _ = collecting()
+    bad = WriteStatus("sink", 1, 1, "t", 0, "w", 10, 3, 12, (), 0, 0)
+    assert coord.on_message(bad) == [] and coord.stats["inconsistent_offsets"] == 1
+
+
+@pytest.mark.parametrize(
+    "msg", [StartCommit("sink", 2, 1, {}), EndCommit("sink", 2, 1), AckCommit("sink", 2, 1, 1, {})]
+)
+def test_newer_epoch_from_a_coordinator_fences(msg) -> None:
+    coord, clock, _ = collecting()
+    assert coord.on_message(msg) == []
+    assert coord.fenced and coord.phase is Phase.FENCED
+    clock.advance(60)
+    assert coord.tick() == []
+    assert coord.on_message(status(P0, 10, 12)) == []
+    assert coord.stats["fenced"] == 1
+
+
+def test_fenced_while_committing_makes_the_outcome_moot() -> None:
+    coord, _, _ = collecting()
+    coord.on_message(status(P0, 10, 12))
+    coord.on_message(status(P1, None, None))
+    coord.on_message(StartCommit("sink", 2, 1, {}))
+    assert coord.on_committed(5, {P0: 12}) == []
+    assert coord.on_commit_failed({P0: 10}) == []
+    assert coord.on_commit_skipped() == []
+
+
+def test_a_new_epoch_may_begin_after_being_fenced() -> None:
+    coord, _, _ = collecting()
+    coord.on_message(StartCommit("sink", 2, 1, {}))
+    [start] = sent(coord.begin(3, {P0: 12}))
+    assert (start.epoch, start.txn, coord.phase) == (3, 1, Phase.CONSUMING)
+
+
+def test_timeout_discards_and_restarts_with_the_same_offsets() -> None:
+    coord, clock, _ = collecting()
+    coord.on_message(status(P0, 10, 15))
+    clock.advance(TIMEOUT_MS / 1000 - 0.001)
+    assert coord.tick() == []
+    clock.advance(0.001)
+    [start] = sent(coord.tick())
+    assert isinstance(start, StartCommit) and start.txn == 2 and start.offsets == {P0: 10, P1: None}
+    assert coord.stats["txn_timed_out"] == 1
+    assert coord.phase is Phase.CONSUMING and not coord.received
+
+
+def test_no_ticks_fire_while_committing() -> None:
+    coord, clock, _ = collecting()
+    coord.on_message(status(P0, 10, 15))
+    coord.on_message(status(P1, None, None))
+    clock.advance(3600)
+    assert coord.tick() == [] and coord.phase is Phase.COMMITTING
+    assert coord.on_message(status(P0, 10, 15)) == [] and coord.stats["not_collecting"] == 1
+
+
+def committing() -> tuple[CoordinatorState, FakeClock, Topics]:
+    coord, clock, topics = collecting()
+    coord.on_message(status(P0, 10, 15))
+    coord.on_message(status(P1, None, 3))
+    return coord, clock, topics
+
+
+def test_committed_sends_ack_then_the_next_start() -> None:
+    coord, _, topics = committing()
+    topics.tps = [P1, ("t", 2)]
+    ack, start = sent(coord.on_committed(77, {P0: 15, P1: 3}))
+    assert isinstance(ack, AckCommit) and (ack.txn, ack.table_version, ack.offsets) == (1, 77, {P0: 15, P1: 3})
+    assert isinstance(start, StartCommit) and start.txn == 2 and start.offsets == {P1: 3, ("t", 2): None}
+    assert coord.committed_offsets == {P0: 15, P1: 3}
+    assert coord.expected == {P1, ("t", 2)} and coord.stats["txn_committed"] == 1
+
+
+def test_vanished_partitions_are_carried_forward() -> None:
+    coord, clock, topics = committing()
+    topics.tps = [P1]
+    coord.on_committed(77, {P0: 15, P1: 3})
+    clock.advance(1)
+    coord.tick()
+    [commit] = coord.on_message(status(P1, 3, 8, txn=2))
+    assert isinstance(commit, Commit) and commit.offsets == {P0: 15, P1: 8}
+
+
+def test_commit_skipped_acks_and_keeps_offsets() -> None:
+    coord, _, _ = committing()
+    ack, start = sent(coord.on_commit_skipped())
+    assert ack.table_version is None and ack.offsets == {P0: 10}
+    assert start.txn == 2 and start.offsets == {P0: 10, P1: None}
+    assert coord.stats["commit_skipped"] == 1
+
+
+def test_commit_failed_restarts_with_the_offsets_read_back() -> None:
+    coord, _, _ = committing()
+    [start] = sent(coord.on_commit_failed({P0: 15, P1: 3}))
+    assert isinstance(start, StartCommit) and start.txn == 2 and start.offsets == {P0: 15, P1: 3}
+    assert coord.stats["commit_failed"] == 1 and coord.phase is Phase.CONSUMING
+
+
+@pytest.mark.parametrize("call", ["on_committed", "on_commit_skipped", "on_commit_failed"])
+def test_commit_outcome_without_a_commit_is_a_runtime_bug(call: str) -> None:
+    coord, _, _ = collecting()
+    args = {"on_committed": (1, {}), "on_commit_skipped": (), "on_commit_failed": ({},)}[call]
+    with pytest.raises(ProtocolError, match="no Commit"):
+        getattr(coord, call)(*args)
+
+
+def test_no_partitions_commits_nothing_right_after_end() -> None:
+    coord, clock, topics = make()
+    topics.tps = []
+    [start] = sent(coord.begin(1, {P0: 4}))
+    assert start.offsets == {}
+    clock.advance(1)
+    end, commit = coord.tick()
+    assert isinstance(end, Send) and commit == Commit(1, 1, txn_version(1, 1), (), {P0: 4})
+
+
+def test_returned_views_do_not_alias_state() -> None:
+    coord, _, _ = committing()
+    coord.committed_offsets[P0] = 999
+    coord.received.clear()
+    assert coord.committed_offsets == {P0: 10} and len(coord.received) == 2
