@@ -268,6 +268,9 @@ class LakesinkConfig(BaseModel):
     ] = False
 
     metrics_port: Annotated[int, Key(PORT, "Port of the HTTP server for `/metrics` and `/health`; 0 disables it.")] = 0
+    metrics_host: Annotated[
+        str, Key(TEXT, "Address the `/metrics` and `/health` server binds to; `0.0.0.0` to be scraped from outside.")
+    ] = "127.0.0.1"
     log_format: Annotated[
         LogFormat, Key(_choice(get_args(LogFormat)), "`text` for people, `json` for log shippers.")
     ] = "text"

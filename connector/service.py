@@ -7,11 +7,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
-from typing import Callable
+import time
+from typing import Any, Callable
 
+from connector import logs
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
+from connector.metrics import Metrics, MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +23,18 @@ log = logging.getLogger(__name__)
 class Roles:
     """Runs each role's loop in a thread; the first failure or a stop request stops them all."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: Metrics | None = None, stall_s: float | None = None, connector: str = "") -> None:
+        self.connector = connector
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
+        self.stuck: list[str] = []
+        self.metrics = metrics
+        self.stall_s = stall_s
         self._threads: list[threading.Thread] = []
 
     def add(self, name: str, loop: Callable[[threading.Event], None]) -> None:
         def body() -> None:
+            logs.bind(role=name)
             try:
                 loop(self.stop)
             except BaseException as exc:  # noqa: BLE001 - reported by wait()
@@ -36,15 +45,46 @@ class Roles:
         t = threading.Thread(target=body, name=name, daemon=True)
         self._threads.append(t)
 
-    def run(self, timeout_s: float | None = None) -> None:
+    def run(self, timeout_s: float | None = None, shutdown_timeout_s: float | None = None) -> None:
+        """Until a stop request, a failure or `timeout_s`; then the loops get `shutdown_timeout_s` to stop.
+        Those that do not are listed in `self.stuck`."""
         for t in self._threads:
             t.start()
         self.stop.wait(timeout_s)
         self.stop.set()
+        deadline = None if shutdown_timeout_s is None else time.monotonic() + shutdown_timeout_s
         for t in self._threads:
-            t.join()
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.stuck = [t.name for t in self._threads if t.is_alive()]
         if self.errors:
             raise self.errors[0]
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy while every loop runs and none has stalled (no round for `stall_s`); `starting` counts as
+        healthy (Spark and the consumer group take a while)."""
+        roles: dict[str, dict[str, Any]] = {}
+        for t in self._threads:
+            age = self.metrics.beat_age(t.name) if self.metrics is not None else None
+            if t.ident is not None and not t.is_alive():
+                state = "stopped"
+            elif age is None:
+                state = "starting"
+            elif self.stall_s is not None and age > self.stall_s:
+                state = "stalled"
+            else:
+                state = "running"
+            roles[t.name] = {"state": state, "last_loop_age_s": None if age is None else round(age, 3)}
+        states = {r["state"] for r in roles.values()}
+        if self.stop.is_set():
+            status = "failed" if self.errors else "stopping"
+        elif states & {"stopped", "stalled"}:
+            status = "stalled" if "stalled" in states else "failed"
+        else:
+            status = "starting" if "starting" in states else "ok"
+        commit_age = self.metrics.last_commit_age() if self.metrics is not None else None
+        body = {"status": status, "connector": self.connector, "roles": roles,
+                "last_commit_age_s": None if commit_age is None else round(commit_age, 3)}
+        return status in ("ok", "starting"), body
 
 
 def install_signal_handlers(stop: threading.Event) -> None:
@@ -61,17 +101,43 @@ def install_signal_handlers(stop: threading.Event) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
-def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: float | None = None) -> int:
-    roles = Roles()
+def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: float | None = None,
+              metrics: Metrics | None = None) -> int:
+    """Run the roles until SIGTERM/SIGINT (0), a failure (raised), or `timeout_s`. A stop that takes longer
+    than shutdown.timeout.ms ends the process with exit code 1."""
+    metrics = metrics or Metrics()
+    roles = Roles(metrics, stall_s=(cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms) / 1000,
+                  connector=cfg.name)
     install_signal_handlers(roles.stop)
+    log.info("starting %s with %s", "+".join(n for n, on in (("coordinator", coordinator), ("worker", worker)) if on),
+             " ".join(f"{k}={v}" for k, v in cfg.describe().items() if v != ""))
     if coordinator:
         from coordinator.service import CoordinatorService
 
-        roles.add("coordinator", CoordinatorService(cfg).run)
+        roles.add("coordinator", CoordinatorService(cfg, metrics=metrics).run)
     if worker:
         from participant.worker import Worker
 
-        roles.add("worker", Worker(cfg).run)
-    roles.run(timeout_s)
+        roles.add("worker", Worker(cfg, metrics=metrics).run)
+    server = MetricsServer(metrics, roles.health, cfg.metrics_port, cfg.metrics_host).start() \
+        if cfg.metrics_port > 0 else None
+    try:
+        roles.run(timeout_s, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
+    finally:
+        if server is not None:
+            server.stop()
+        if roles.stuck:
+            log.error("%s did not stop within shutdown.timeout.ms=%d; exiting without waiting for them "
+                      "(nothing past the last Delta commit is acknowledged, a restart re-reads it)",
+                      " and ".join(roles.stuck), cfg.shutdown_timeout_ms)
+            _hard_exit(1)
+    log.info("stopped cleanly")
     return 0
+
+
+def _hard_exit(code: int) -> None:
+    """Leave now: a role thread that ignores the stop must not keep the process (or its JVM) alive."""
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(code)
 

@@ -12,16 +12,26 @@ from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 
+from connector import logs
 from connector.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import CommitError, FencedError
 from connector.faults import fault_point
 from connector.messages import AckCommit, EndCommit, Offsets, Progress, StartCommit, TopicPartition
+from connector.metrics import Metrics
 from connector.table import CommitResult, DeltaTableSink
+from connector.watermarks import lag, list_offsets
 from coordinator.state import Commit, CoordinatorState, Effect, Send
 
 log = logging.getLogger(__name__)
+
+# CoordinatorState stats that count an ignored control message; `not_write_status` (its own START, END, ACK
+# and PROGRESS read back) is routine traffic and not counted.
+IGNORE_REASONS = ("other_connector", "fenced", "idle", "newer_epoch", "fenced_by_newer_epoch", "older_epoch",
+                  "other_txn", "not_collecting", "unexpected_partition", "duplicate_status", "start_offset_mismatch",
+                  "inconsistent_offsets")
+CHANNEL_IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 
 
 @dataclass
@@ -44,8 +54,11 @@ class CoordinatorStats:
 
 
 class CoordinatorService:
-    def __init__(self, cfg: LakesinkConfig, clock: Clock | None = None, spark_factory=None):
+    def __init__(self, cfg: LakesinkConfig, clock: Clock | None = None, spark_factory=None,
+                 metrics: Metrics | None = None):
         self.cfg = cfg
+        self.metrics = metrics or Metrics()
+        self._txn_started: tuple[int, int, float] | None = None  # (epoch, txn, monotonic) of the last START
         self.clock = clock or SystemClock()
         self.stats = CoordinatorStats()
         self._spark_factory = spark_factory or self._default_spark
@@ -106,10 +119,20 @@ class CoordinatorService:
 
     def step(self, timeout_s: float = 0.1) -> None:
         effects: list[Effect] = []
+        channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
         for msg in self._channel.poll(timeout_s):
             effects += self.state.on_message(msg)
         effects += self.state.tick()
+        self.metrics.count_ignored("coordinator", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
+        self.metrics.count_ignored("coordinator", state_stats, self.state.stats, IGNORE_REASONS)
+        timed_out = self.state.stats["txn_timed_out"] - state_stats.get("txn_timed_out", 0)
+        if timed_out > 0:
+            self.metrics.txn_discarded.inc(timed_out)
+            log.warning("txn %d of epoch %s discarded: not every partition sent its write status within "
+                        "coordinator.writestatus.timeout.ms=%d", self.state.txn - 1, self.state.epoch,
+                        self.cfg.coordinator_writestatus_timeout_ms)
         self._execute(effects)
+        self.metrics.beat("coordinator")
         if self.state.fenced:
             raise FencedError(f"a coordinator of a newer epoch than {self.state.epoch} is running for "
                               f"{self.cfg.name}: this one steps down")
@@ -126,6 +149,9 @@ class CoordinatorService:
         while queue:
             effect = queue.pop(0)
             if isinstance(effect, Send):
+                if isinstance(effect.message, StartCommit):
+                    self._txn_started = (effect.message.epoch, effect.message.txn, time.monotonic())
+                    logs.bind(epoch=effect.message.epoch, txn=effect.message.txn)
                 self._channel.send(effect.message)
                 log.debug("sent %s epoch %d txn %d", type(effect.message).__name__, effect.message.epoch,
                           effect.message.txn)
@@ -143,6 +169,7 @@ class CoordinatorService:
             return self._after_fence()
         except CommitError as exc:
             self.stats.commit_failures += 1
+            self.metrics.txn_discarded.inc()
             log.error("txn %d of epoch %d not committed: %s; starting a new txn", c.txn, c.epoch, exc)
             return self.state.on_commit_failed(self.sink.recover().offsets)
         fault_point("coordinator.after-delta-commit")
@@ -171,12 +198,28 @@ class CoordinatorService:
         del self.stats.commits[:-100]
         self.sink.clean_staging(c.epoch, c.txn)
         self.sink.prune_manifests()
+        self.metrics.txn_committed.inc()
+        self.metrics.commit_duration.observe(duration_s)
+        if result.table_version is not None:
+            self.metrics.table_version.set(result.table_version)
+        self.metrics.mark_commit()
+        txn_s = None
+        if self._txn_started is not None and self._txn_started[:2] == (c.epoch, c.txn):
+            txn_s = time.monotonic() - self._txn_started[2]
+        lags = lag(c.offsets, list_offsets(self._admin, c.offsets, timeout_s=2.0))
         payload = {"txn": c.txn, "epoch": c.epoch, "table_version": result.table_version, "rows": result.rows,
                    "bytes": result.bytes, "files": result.files, "commit_duration_s": round(duration_s, 3),
-                   "rows_per_s": round(result.rows / duration_s, 1) if duration_s > 0 else None,
-                   "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(c.offsets.items())]}
-        log.info("committed txn %d epoch %d: %d rows in %d files, table version %s, %.2f s", c.txn, c.epoch,
-                 result.rows, result.files, result.table_version, duration_s)
+                   "txn_duration_s": None if txn_s is None else round(txn_s, 3),
+                   "rows_per_s": round(result.rows / txn_s, 1) if txn_s else None,
+                   "records_failed": sum(st.records_failed for st in c.statuses),
+                   "records_dead_lettered": sum(st.records_dead_lettered for st in c.statuses),
+                   "lag": sum(v for v in lags.values() if v is not None),
+                   "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
+                               for (t, p), o in sorted(c.offsets.items())]}
+        log.info("committed txn %d epoch %d: %d rows (%d bytes) in %d files, table version %s, commit %.2f s, "
+                 "txn %s s, %s rows/s, lag %d (%s)", c.txn, c.epoch, result.rows, result.bytes, result.files,
+                 result.table_version, duration_s, payload["txn_duration_s"], payload["rows_per_s"], payload["lag"],
+                 ", ".join(f"{t}-{p}@{o} lag {lags.get((t, p))}" for (t, p), o in sorted(c.offsets.items())))
         self._channel.send(Progress(self.cfg.name, c.epoch, c.txn, payload=payload))
 
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
+from connector import logs
 from connector.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import RecordError
 from connector.faults import fault_point
-from connector.messages import AckCommit, Message, StartCommit
+from connector.messages import AckCommit, EndCommit, Message, StartCommit
+from connector.metrics import Metrics
 from connector.table import DeltaTableSink, staging_root, txn_tag
 from participant.convert import Converter, RecordFailure
 from participant.filegroup import FileGroupWriter
@@ -40,6 +42,12 @@ from participant.state import (
 )
 
 log = logging.getLogger(__name__)
+
+# Participant stats that count a control message it ignored; `not_for_participants` (another partition's
+# WRITE-STATUS, PROGRESS) is routine traffic and not counted.
+IGNORE_REASONS = ("other_connector", "older_epoch", "other_txn", "not_in_txn", "duplicate_start", "stale_start",
+                  "duplicate_end", "duplicate_ack")
+CHANNEL_IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 
 META_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 _NO_SEEK = object()
@@ -72,8 +80,9 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, cfg: LakesinkConfig, worker_id: str | None = None, clock: Clock | None = None,
-                 batch_size: int = 20_000):
+                 batch_size: int = 20_000, metrics: Metrics | None = None):
         self.cfg = cfg
+        self.metrics = metrics or Metrics()
         self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.clock = clock or SystemClock()
         self.batch_size = batch_size
@@ -138,10 +147,15 @@ class Worker:
 
     def step(self, control_timeout_s: float = 0.0, consume_timeout_s: float = 0.05) -> None:
         """One round: control messages first (they may pause or seek), then one batch of records."""
+        channel_stats = dict(self._channel.stats)
         for msg in self._channel.poll(control_timeout_s):
             self._on_control(msg)
+        self.metrics.count_ignored("worker", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
         self._retry_seeks()
         self._consume(consume_timeout_s)
+        if self.metrics.lag_due():
+            self._update_lag()
+        self.metrics.beat("worker")
 
     # --- control messages ----------------------------------------------------------------------------------
 
@@ -150,12 +164,29 @@ class Worker:
             fault_point("participant.after-start-received")
             if self._latest_start is None or (msg.epoch, msg.txn) > (self._latest_start.epoch, self._latest_start.txn):
                 self._latest_start = msg
+                logs.bind(epoch=msg.epoch, txn=msg.txn)
+        elif isinstance(msg, EndCommit) and self._latest_start is not None \
+                and (msg.epoch, msg.txn) == (self._latest_start.epoch, self._latest_start.txn):
+            self._latest_start = None  # too late to join that txn: new partitions wait for the next START
         if isinstance(msg, AckCommit) and msg.table_version is not None:
             self._refresh_schema(msg.table_version)
+            self.metrics.table_version.set(msg.table_version)
+            self.metrics.mark_commit()
         for runner in list(self.runners.values()):
-            self._apply(runner, runner.state.on_message(msg))
+            before = dict(runner.state.stats)
+            effects = runner.state.on_message(msg)
+            self.metrics.count_ignored("worker", before, runner.state.stats, IGNORE_REASONS)
+            if isinstance(msg, AckCommit) and any(isinstance(e, CommitConsumerOffset) for e in effects):
+                committed = msg.table_version is not None
+                (self.metrics.offset_commits if committed else self.metrics.offset_commit_skips).inc()
+            self._apply(runner, effects)
 
     def _apply(self, runner: PartitionRunner, effects: list[Effect]) -> None:
+        topic, partition = runner.key
+        with logs.context(tp=logs.tp(topic, partition)):
+            self._apply_effects(runner, effects)
+
+    def _apply_effects(self, runner: PartitionRunner, effects: list[Effect]) -> None:
         topic, partition = runner.key
         for effect in effects:
             if isinstance(effect, Seek):
@@ -169,6 +200,7 @@ class Worker:
             elif isinstance(effect, Pause):
                 self._consumer.pause([KafkaTP(topic, partition)])
             elif isinstance(effect, Discard):
+                self.metrics.offset_commit_skips.inc()
                 if runner.writer is not None:
                     runner.writer.discard()
                     runner.writer = None
@@ -248,7 +280,8 @@ class Worker:
             runner = self.runners.get(key)
             if runner is None:
                 continue
-            self._handle_records(runner, msgs)
+            with logs.context(tp=logs.tp(*key)):
+                self._handle_records(runner, msgs)
 
     def _handle_records(self, runner: PartitionRunner, msgs: list) -> None:
         state = runner.state
@@ -262,12 +295,14 @@ class Worker:
             if not msgs:
                 return
         self.stats.records_read += len(msgs)
+        self.metrics.records_read.inc(len(msgs))
         result = self._converter.convert(msgs)
         if result.failures:
             self._handle_failures(runner, result.failures)
         if result.table is not None and result.table.num_rows:
             runner.writer.append(result.table)
             self.stats.records_staged += result.table.num_rows
+            self.metrics.records_sent.inc(result.table.num_rows)
         first, nxt = msgs[0].offset(), msgs[-1].offset() + 1
         state.on_records(first, nxt)
         runner.delivered_next = nxt
@@ -275,6 +310,7 @@ class Worker:
 
     def _handle_failures(self, runner: PartitionRunner, failures: list[RecordFailure]) -> None:
         self.stats.records_failed += len(failures)
+        self.metrics.record_errors.inc(len(failures))
         runner.failed += len(failures)
         first = failures[0]
         if self._dlq is None:
@@ -301,8 +337,27 @@ class Worker:
                 except BufferError:
                     self._dlq.poll(0.1)
         self._dlq.poll(0)
+        self.metrics.dlq_produced.inc(len(failures))
         runner.dead_lettered += len(failures)
         self.stats.records_dead_lettered += len(failures)
+
+    def _update_lag(self) -> None:
+        """Per-partition lag, high watermark - the participant's position, from the consumer's cached
+        watermarks (no broker round trip); partitions with no watermark fetched yet are left out."""
+        lags: dict[tuple[str, int], int] = {}
+        for key, runner in list(self.runners.items()):
+            try:
+                marks = self._consumer.get_watermark_offsets(KafkaTP(*key), cached=True)
+            except KafkaException:
+                continue
+            if marks is None:
+                continue
+            low, high = marks
+            position = runner.state.position if runner.state.position is not None else low
+            if high < 0 or position is None or position < 0:
+                continue
+            lags[key] = max(0, high - position)
+        self.metrics.set_lag(lags)
 
     # --- rebalances ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,203 @@
+"""Metrics with Kafka Connect sink names on a private registry, and the `/metrics` + `/health` HTTP server.
+
+One `Metrics` per process: in `lakesink run` the coordinator and the worker share it, each updating its own
+series (the worker: records, errors, dead letters, per-partition offset commits and lag; the coordinator:
+transactions, commit duration, table version). Nothing is registered in prometheus_client's global registry,
+so several instances (tests, two roles) never collide.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import UnknownMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+LAG_REFRESH_S = 1.0
+"""The worker reads watermarks and positions at most this often, never per record."""
+
+COMMIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    """The process's metric series. Counters only grow; lag and version gauges are set."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        # worker (sink task) series, named after Kafka Connect's sink-task and task-error metrics
+        self.records_read = Counter("sink_record_read", "Records read from the source topics.", registry=r)
+        self.records_sent = Counter("sink_record_send", "Records converted and staged as table rows.", registry=r)
+        self.record_errors = _PlainTotal("total_record_errors", "Records that could not be converted.", r)
+        self.dlq_produced = Counter("deadletterqueue_produce_requests",
+                                    "Records produced to the dead-letter topic.", registry=r)
+        self.offset_commits = Counter("offset_commit_completion",
+                                      "Partition offsets acknowledged as committed to the table.", registry=r)
+        self.offset_commit_skips = Counter("offset_commit_skip",
+                                           "Partition transactions that ended without an offset commit "
+                                           "(nothing committed, or discarded by a new START).", registry=r)
+        self.lag_max = Gauge("sink_record_lag_max",
+                             "Largest lag over this worker's partitions: high watermark - position.", registry=r)
+        self.lag = Gauge("sink_record_lag", "Lag of one partition: high watermark - position.",
+                         ["topic", "partition"], registry=r)
+        # coordinator series
+        self.table_version = Gauge("table_version", "Delta table version after the last commit.", registry=r)
+        self.commit_duration = Histogram("commit_duration_seconds", "Duration of the Delta commit of a txn.",
+                                         buckets=COMMIT_BUCKETS, registry=r)
+        self.txn_committed = Counter("txn_committed", "Transactions committed to the table.", registry=r)
+        self.txn_discarded = Counter("txn_discarded",
+                                     "Transactions discarded (write-status timeout or failed commit).", registry=r)
+        # both
+        self.control_ignored = Counter("control_messages_ignored",
+                                       "Control messages ignored, by the role that ignored them and why.",
+                                       ["role", "reason"], registry=r)
+        self._lock = threading.Lock()
+        self._last_commit: float | None = None
+        self._beats: dict[str, float] = {}
+        self._lag_keys: set[tuple[str, str]] = set()
+        self._lag_read_at = float("-inf")
+
+    # --- exposition ----------------------------------------------------------------------------------------
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def value(self, name: str, labels: Mapping[str, str] | None = None) -> float | None:
+        """A sample's current value (full sample name, e.g. `sink_record_read_total`), None when absent."""
+        return self.registry.get_sample_value(name, dict(labels or {}))
+
+    # --- liveness ------------------------------------------------------------------------------------------
+
+    def beat(self, role: str) -> None:
+        """A role's loop went round once."""
+        self._beats[role] = time.monotonic()
+
+    def beat_age(self, role: str) -> float | None:
+        at = self._beats.get(role)
+        return None if at is None else time.monotonic() - at
+
+    def mark_commit(self) -> None:
+        """A txn was committed (coordinator) or acknowledged (worker)."""
+        self._last_commit = time.monotonic()
+
+    def last_commit_age(self) -> float | None:
+        return None if self._last_commit is None else time.monotonic() - self._last_commit
+
+    # --- helpers for the roles -----------------------------------------------------------------------------
+
+    def count_ignored(self, role: str, before: Mapping[str, int], after: Mapping[str, int],
+                      reasons: Iterable[str]) -> None:
+        """Add what a state machine's or channel's stats Counter gained for `reasons` between two snapshots."""
+        for reason in reasons:
+            gained = after.get(reason, 0) - before.get(reason, 0)
+            if gained > 0:
+                self.control_ignored.labels(role=role, reason=reason).inc(gained)
+
+    def lag_due(self, now: float | None = None) -> bool:
+        """True at most once per LAG_REFRESH_S: the caller then reads watermarks and calls set_lag."""
+        now = time.monotonic() if now is None else now
+        if now - self._lag_read_at < LAG_REFRESH_S:
+            return False
+        self._lag_read_at = now
+        return True
+
+    def set_lag(self, lags: Mapping[tuple[str, int], int]) -> None:
+        """The lag of every partition this worker holds now; series of partitions no longer held are removed."""
+        keys = {(t, str(p)) for t, p in lags}
+        with self._lock:
+            for gone in self._lag_keys - keys:
+                try:
+                    self.lag.remove(*gone)
+                except KeyError:
+                    pass
+            self._lag_keys = keys
+            for (t, p), value in lags.items():
+                self.lag.labels(topic=t, partition=str(p)).set(value)
+            self.lag_max.set(max(lags.values(), default=0))
+
+
+class _PlainTotal(Collector):
+    """A count exposed under exactly its Kafka Connect name: prometheus_client's Counter would append `_total`
+    (`total_record_errors_total`). Untyped, monotonic; rate() works on it as on a counter."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry):
+        self._name, self._doc = name, documentation
+        self._value = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError(f"{self._name} only grows, got {amount}")
+        with self._lock:
+            self._value += amount
+
+    def collect(self):
+        yield UnknownMetricFamily(self._name, self._doc, value=self._value)
+
+    def describe(self):
+        yield UnknownMetricFamily(self._name, self._doc)
+
+
+# --- the HTTP server -------------------------------------------------------------------------------------------
+
+Health = Callable[[], tuple[bool, dict[str, Any]]]
+"""Returns (healthy, body): 200 with the body as JSON when healthy, 503 otherwise."""
+
+
+class MetricsServer:
+    """`/metrics` (Prometheus text) and `/health` (JSON) from a daemon thread; 127.0.0.1 unless told otherwise."""
+
+    def __init__(self, metrics: Metrics, health: Health, port: int, host: str = "127.0.0.1"):
+        self.metrics = metrics
+        self.health = health
+
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._reply(200, CONTENT_TYPE_LATEST, server.metrics.exposition())
+                elif path == "/health":
+                    try:
+                        ok, body = server.health()
+                    except Exception as exc:  # noqa: BLE001 - a broken check is an unhealthy process
+                        ok, body = False, {"status": "error", "error": str(exc)}
+                    self._reply(200 if ok else 503, "application/json", json.dumps(body).encode())
+                else:
+                    self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n")
+
+            def _reply(self, code: int, content_type: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not worth a line
+                log.debug("http %s", format % args)
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    def start(self) -> "MetricsServer":
+        self._thread.start()
+        log.info("serving /metrics and /health on http://%s:%d", *self._httpd.server_address[:2])
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()

@@ -1,0 +1,50 @@
+"""Partition watermarks through the AdminClient: no consumer, no group, one request per call."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from connector.messages import Offsets, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def list_offsets(admin: AdminClient, partitions: Iterable[TopicPartition], earliest: bool = False,
+                 timeout_s: float = 5.0) -> dict[TopicPartition, int]:
+    """The high watermark (last stable offset, as read_committed consumers see it) of each partition, or the
+    low watermark with `earliest`. Partitions the broker does not answer for are left out."""
+    spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()
+    request = {KafkaTP(t, p): spec for t, p in partitions}
+    if not request:
+        return {}
+    out: dict[TopicPartition, int] = {}
+    try:
+        futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
+                                     request_timeout=timeout_s)
+    except (KafkaException, ValueError) as exc:
+        log.warning("listing offsets failed: %s", exc)
+        return out
+    for tp, future in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = future.result(timeout_s).offset
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: that partition has no answer
+            log.debug("no %s offset for %s-%d: %s", "earliest" if earliest else "latest", tp.topic, tp.partition, exc)
+    return out
+
+
+def lag(committed: Offsets, high: Mapping[TopicPartition, int],
+        low: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int | None]:
+    """high watermark - committed offset per partition; a partition with nothing committed counts from its low
+    watermark (0 when unknown). None where the high watermark is unknown."""
+    out: dict[TopicPartition, int | None] = {}
+    for tp in sorted(set(committed) | set(high)):
+        hi = high.get(tp)
+        start = committed.get(tp)
+        if start is None:
+            start = (low or {}).get(tp, 0)
+        out[tp] = None if hi is None else max(0, hi - start)
+    return out

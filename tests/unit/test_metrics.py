@@ -1,0 +1,319 @@
+"""connector/metrics.py and its wiring: private registry, Kafka Connect names, lag, /metrics and /health,
+the worker's counters and dead-letter headers, Roles health and the bounded shutdown."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import prometheus_client
+import pytest
+
+from connector import service
+from connector.config import config_from_dict
+from connector.messages import StartCommit
+from connector.metrics import LAG_REFRESH_S, Metrics, MetricsServer
+from participant.state import ParticipantState
+
+NAMES = ("sink_record_read_total", "sink_record_send_total", "total_record_errors",
+         "deadletterqueue_produce_requests_total", "offset_commit_completion_total", "offset_commit_skip_total",
+         "sink_record_lag_max", "table_version", "commit_duration_seconds_bucket", "txn_committed_total",
+         "txn_discarded_total")
+
+
+def cfg_of(tmp_path, **extra):
+    base = {"name": "m-sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": "t",
+            "target.base.path": str(tmp_path), "target.table.name": "tbl"}
+    return config_from_dict({**base, **{k: str(v) for k, v in extra.items()}}, env={})
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_each_metrics_has_a_private_registry_with_kafka_connect_names():
+    a, b = Metrics(), Metrics()
+    a.records_read.inc(5)
+    assert a.value("sink_record_read_total") == 5 and b.value("sink_record_read_total") == 0
+    assert prometheus_client.REGISTRY.get_sample_value("sink_record_read_total") is None
+    text = a.exposition().decode()
+    for name in NAMES:
+        assert f"\n{name}" in text, name
+    a.record_errors.inc(2)
+    assert "\ntotal_record_errors 2.0\n" in a.exposition().decode(), "Kafka Connect's name, no _total appended"
+
+
+def test_lag_gauges_follow_the_partitions_held_and_refresh_at_most_once_a_second():
+    m = Metrics()
+    m.set_lag({("t", 0): 5, ("t", 1): 40})
+    assert m.value("sink_record_lag_max") == 40
+    assert m.value("sink_record_lag", {"topic": "t", "partition": "1"}) == 40
+    m.set_lag({("t", 0): 7})  # partition 1 was revoked
+    assert m.value("sink_record_lag", {"topic": "t", "partition": "1"}) is None
+    assert m.value("sink_record_lag_max") == 7
+    assert m.lag_due(now=100.0) and not m.lag_due(now=100.5) and m.lag_due(now=100.0 + LAG_REFRESH_S)
+
+
+def test_ignored_control_messages_are_counted_by_reason_from_stats_snapshots():
+    m = Metrics()
+    m.count_ignored("worker", {"older_epoch": 2}, {"older_epoch": 5, "not_for_participants": 9, "other_txn": 1},
+                    ("older_epoch", "other_txn"))
+    assert m.value("control_messages_ignored_total", {"role": "worker", "reason": "older_epoch"}) == 3
+    assert m.value("control_messages_ignored_total", {"role": "worker", "reason": "other_txn"}) == 1
+    assert m.value("control_messages_ignored_total", {"role": "worker", "reason": "not_for_participants"}) is None
+
+
+def test_http_server_serves_metrics_and_health_on_loopback():
+    m = Metrics()
+    healthy = {"ok": True}
+    server = MetricsServer(m, lambda: (healthy["ok"], {"status": "ok" if healthy["ok"] else "failed"}), 0).start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        m.records_read.inc(3)
+        code, text = get(base + "/metrics")
+        assert code == 200 and "sink_record_read_total 3.0" in text
+        m.records_read.inc(2)
+        assert "sink_record_read_total 5.0" in get(base + "/metrics")[1]
+        assert get(base + "/health") == (200, json.dumps({"status": "ok"}))
+        healthy["ok"] = False
+        assert get(base + "/health") == (503, json.dumps({"status": "failed"}))
+        assert get(base + "/nothing")[0] == 404
+        assert server._httpd.server_address[0] == "127.0.0.1"
+    finally:
+        server.stop()
+
+
+def test_roles_health_reports_starting_ok_stalled_and_failed():
+    m = Metrics()
+    roles = service.Roles(m, stall_s=0.5)
+    release = threading.Event()
+
+    def beating(stop: threading.Event) -> None:
+        while not stop.is_set():
+            m.beat("worker")
+            stop.wait(0.05)
+
+    def stalls(stop: threading.Event) -> None:
+        release.wait(10)  # opens for a while (Spark), then beats once and hangs
+        m.beat("coordinator")
+        stop.wait(10)
+
+    roles.add("worker", beating)
+    roles.add("coordinator", stalls)
+    runner = threading.Thread(target=roles.run, kwargs={"shutdown_timeout_s": 5}, daemon=True)
+    runner.start()
+    from tests.support import wait_until
+
+    def worker_running():
+        ok, body = roles.health()
+        return (ok, body) if body["roles"]["worker"]["state"] == "running" else None
+
+    def unhealthy():
+        ok, body = roles.health()
+        return (ok, body) if not ok else None
+
+    ok, body = wait_until(worker_running, 5, "the worker loop to run")
+    assert ok and body["status"] == "starting" and body["roles"]["coordinator"]["state"] == "starting"
+    assert body["last_commit_age_s"] is None
+    release.set()
+    wait_until(lambda: roles.health()[1]["status"] == "ok", 5, "both roles running")
+    m.mark_commit()
+    assert roles.health()[1]["last_commit_age_s"] < 5
+    ok, body = wait_until(unhealthy, 5, "the coordinator to stall")
+    assert body["status"] == "stalled" and body["roles"]["coordinator"]["state"] == "stalled"
+    roles.stop.set()
+    runner.join(10)
+    ok, body = roles.health()
+    assert not ok and body["status"] == "stopping" and roles.stuck == []
+
+
+def test_a_loop_that_ignores_stop_is_reported_stuck_after_the_shutdown_timeout():
+    roles = service.Roles()
+    roles.add("worker", lambda stop: time.sleep(3))
+    started = time.monotonic()
+    roles.run(timeout_s=0.1, shutdown_timeout_s=0.3)
+    assert roles.stuck == ["worker"] and time.monotonic() - started < 2
+
+
+def test_run_roles_exits_1_when_the_roles_outlive_shutdown_timeout(tmp_path, monkeypatch):
+    exits: list[int] = []
+
+    class Hanging:
+        def __init__(self, cfg, metrics=None):
+            pass
+
+        def run(self, stop):
+            time.sleep(3)
+
+    import participant.worker
+
+    monkeypatch.setattr(participant.worker, "Worker", Hanging)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "_hard_exit", exits.append)
+    cfg = cfg_of(tmp_path, **{"shutdown.timeout.ms": 200})
+    started = time.monotonic()
+    service.run_roles(cfg, coordinator=False, worker=True, timeout_s=0.1)
+    assert exits == [1] and time.monotonic() - started < 2
+
+
+def test_run_roles_returns_0_on_a_clean_stop_and_serves_health_meanwhile(tmp_path, monkeypatch):
+    seen: dict = {}
+
+    class Quick:
+        def __init__(self, cfg, metrics=None):
+            self.metrics = metrics
+
+        def run(self, stop):
+            while not stop.is_set():
+                self.metrics.beat("worker")
+                if "health" not in seen and (port := seen.get("port")):
+                    seen["health"] = get(f"http://127.0.0.1:{port}/health")
+                stop.wait(0.05)
+
+    import participant.worker
+    from connector import metrics as metrics_module
+
+    class RecordingServer(MetricsServer):
+        def start(self):
+            seen["port"] = self.port
+            return super().start()
+
+    monkeypatch.setattr(participant.worker, "Worker", Quick)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "MetricsServer", RecordingServer)
+    assert metrics_module.MetricsServer is not RecordingServer
+    cfg = cfg_of(tmp_path, **{"metrics.port": _free_port()})
+    assert service.run_roles(cfg, coordinator=False, worker=True, timeout_s=1.0) == 0
+    code, body = seen["health"]
+    assert code == 200 and json.loads(body)["roles"]["worker"]["state"] in ("running", "starting")
+    assert json.loads(body)["connector"] == "m-sink"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the worker's counters and dead-letter records ---------------------------------------------------------
+
+class FakeRecord:
+    def __init__(self, topic, partition, offset, key, value):
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def key(self):
+        return self._k
+
+    def value(self):
+        return self._v
+
+    def timestamp(self):
+        return (1, 1_700_000_000_000 + self._o)
+
+    def headers(self):
+        return [("source", b"test")]
+
+    def error(self):
+        return None
+
+
+class FakeProducer:
+    def __init__(self):
+        self.sent: list[dict] = []
+
+    def produce(self, topic, key=None, value=None, headers=None, timestamp=0):
+        self.sent.append({"topic": topic, "key": key, "value": value, "headers": dict(headers)})
+
+    def poll(self, timeout):
+        return 0
+
+    def flush(self, timeout):
+        return 0
+
+
+class FakeConsumer:
+    def __init__(self, marks):
+        self.marks = marks
+
+    def get_watermark_offsets(self, tp, cached=False, timeout=None):
+        assert cached, "the worker must not ask the broker for watermarks"
+        return self.marks[(tp.topic, tp.partition)]
+
+
+def consuming_worker(tmp_path, **extra):
+    from participant.worker import PartitionRunner, Worker
+
+    cfg = cfg_of(tmp_path, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq", **extra})
+    worker = Worker(cfg, worker_id="w1", metrics=Metrics())
+    worker._dlq = FakeProducer()
+    state = ParticipantState("m-sink", "t", 0, "w1")
+    state.on_message(StartCommit("m-sink", 1, 1, {("t", 0): 0}))
+    runner = PartitionRunner(state)
+    runner.writer = worker._new_writer(runner)
+    worker.runners[("t", 0)] = runner
+    return worker, runner
+
+
+def test_worker_counts_records_and_dead_letters_failures_with_connect_headers(tmp_path):
+    worker, runner = consuming_worker(tmp_path)
+    values = [b'{"id": 1}', b"{not json", b'{"id": 3}', None, b"\xff\xfe{}", b'{"id": 6}']
+    batch = [FakeRecord("t", 0, i, f"k{i}".encode(), v) for i, v in enumerate(values)]
+    worker._handle_records(runner, batch)
+
+    m = worker.metrics
+    assert m.value("sink_record_read_total") == 6
+    assert m.value("sink_record_send_total") == 3
+    assert m.value("total_record_errors") == 3
+    assert m.value("deadletterqueue_produce_requests_total") == 3
+    sent = worker._dlq.sent
+    assert [(d["key"], d["value"]) for d in sent] == [(b"k1", b"{not json"), (b"k3", None), (b"k4", b"\xff\xfe{}")]
+    for d, offset in zip(sent, (1, 3, 4)):
+        h = d["headers"]
+        assert d["topic"] == "dlq" and h["source"] == b"test"
+        assert (h["__connect.errors.topic"], h["__connect.errors.partition"], h["__connect.errors.offset"]) == \
+            (b"t", b"0", str(offset).encode())
+        assert h["__connect.errors.connector.name"] == b"m-sink" and h["__connect.errors.exception.message"]
+    assert [d["headers"]["__connect.errors.exception.class.name"] for d in sent] == \
+        [b"MalformedJson", b"NullValue", b"InvalidUtf8"]
+    runner.writer.discard()
+
+
+def test_worker_with_errors_tolerance_none_raises_naming_the_record(tmp_path):
+    from connector.errors import RecordError
+
+    worker, runner = consuming_worker(tmp_path)
+    worker._dlq = None
+    with pytest.raises(RecordError, match=r"record t-0@7 cannot be converted"):
+        worker._handle_records(runner, [FakeRecord("t", 0, 6, b"k", b'{"a": 1}'), FakeRecord("t", 0, 7, b"k", b"x")])
+    assert runner.state.position == 0, "no offset past the bad record is reported"
+    runner.writer.discard()
+
+
+def test_worker_lag_is_high_watermark_minus_position_from_cached_watermarks(tmp_path):
+    worker, runner = consuming_worker(tmp_path)
+    worker._consumer = FakeConsumer({("t", 0): (0, 120)})
+    worker._handle_records(runner, [FakeRecord("t", 0, i, None, b'{"id": 1}') for i in range(20)])
+    worker._update_lag()
+    assert worker.metrics.value("sink_record_lag", {"topic": "t", "partition": "0"}) == 100
+    assert worker.metrics.value("sink_record_lag_max") == 100
+    worker._consumer = FakeConsumer({("t", 0): (-1001, -1001)})  # nothing fetched yet: no series, no guess
+    worker._update_lag()
+    assert worker.metrics.value("sink_record_lag", {"topic": "t", "partition": "0"}) is None
+    runner.writer.discard()
