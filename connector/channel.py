@@ -46,6 +46,45 @@ def ensure_control_topic(admin: AdminClient, topic: str, timeout_s: float = 30.0
                             f"(control.topic.name)")
 
 
+def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
+              consumer_overrides: dict[str, str] | None = None, timeout_s: float = 10.0) -> list[Message]:
+    """This connector's messages among the newest `last` of the control topic, in order; read-only (no topic is
+    created, no group joined, nothing produced). Empty when the topic does not exist."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lakesink-status-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "allow.auto.create.topics": False, **(consumer_overrides or {})})
+    try:
+        tmd = consumer.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            return []
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        start = max(low, high - last)
+        if high <= start:
+            return []
+        consumer.assign([TopicPartition(topic, 0, start)])
+        out: list[Message] = []
+        position = start
+        while position < high:
+            batch = consumer.consume(500, timeout=timeout_s)
+            if not batch:
+                break
+            for raw in batch:
+                if raw.error() is not None:
+                    continue
+                position = raw.offset() + 1
+                if raw.key() is not None and raw.key() != connector.encode():
+                    continue
+                try:
+                    msg = decode(raw.value() if raw.value() is not None else b"")
+                except DecodeError:
+                    continue
+                if msg.connector == connector:
+                    out.append(msg)
+        return out
+    finally:
+        consumer.close()
+
+
 @dataclass
 class ControlChannel:
     bootstrap: str

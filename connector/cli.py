@@ -46,11 +46,19 @@ def _load(args):
 
 
 def _cmd_run(args) -> int:
+    from connector.logs import setup_for
     from connector.service import run_roles
 
     cfg = _load(args)
+    setup_for(cfg, verbose=args.verbose)
     return run_roles(cfg, coordinator=args.command in ("run", "coordinator"), worker=args.command in ("run", "worker"),
                      timeout_s=args.max_seconds)
+
+
+def _cmd_status(args) -> int:
+    from connector.status import print_status
+
+    return print_status(_load(args), as_json=args.json)
 
 
 def _cmd_verify(args) -> int:
@@ -98,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True)
     p.set_defaults(func=_cmd_validate)
 
+    p = sub.add_parser("status", help="epoch, txn in flight, last commits, committed offsets and live lag "
+                                      "(reads the control topic and the table; changes nothing)")
+    p.add_argument("--config", required=True, help="the .properties file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_status)
+
     p = sub.add_parser("verify", help="audit the table: duplicates, uncommitted rows and gaps against the committed "
                                       "offsets and Kafka; exit 0 only when exactly once (reads only, changes nothing)")
     p.add_argument("--config", required=True, help="the .properties file")
@@ -117,8 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.func is not _cmd_run:  # the roles log as log.format / log.level say, once the config is read
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return args.func(args)
     except ConfigError as exc:

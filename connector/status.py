@@ -1,0 +1,163 @@
+"""`lakesink status`: what the control topic and the table say about a connector, and its live lag.
+
+Read-only throughout: the control topic's recent tail (no topic created, no group joined), the table through
+`DeltaTableSink.committed` (never `recover`, which drops uncommitted manifests), watermarks through the
+AdminClient. Nothing here needs Spark.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import IO, Any
+
+from confluent_kafka.admin import AdminClient
+
+from connector.channel import read_tail
+from connector.config import LakesinkConfig
+from connector.errors import LakesinkError
+from connector.messages import AckCommit, EndCommit, Message, Progress, StartCommit, WriteStatus, split_version
+from connector.table import DeltaTableSink
+from connector.watermarks import lag, list_offsets
+
+TAIL = 2000
+"""How many of the control topic's newest messages are read."""
+LAST_COMMITS = 5
+
+
+def control_view(messages: list[Message], now: float | None = None) -> dict[str, Any]:
+    """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits."""
+    now = time.time() if now is None else now
+    view: dict[str, Any] = {"messages": len(messages), "latest_epoch": None, "in_flight": None,
+                            "last_commits": [], "last_message_age_s": None}
+    if not messages:
+        return view
+    view["latest_epoch"] = max(m.epoch for m in messages)
+    view["last_message_age_s"] = round(max(0.0, now - max(m.sent_at for m in messages)), 1)
+    starts = [m for m in messages if isinstance(m, StartCommit)]
+    if starts:
+        start = max(starts, key=lambda m: (m.epoch, m.txn))
+        same = [m for m in messages if (m.epoch, m.txn) == (start.epoch, start.txn)]
+        statuses = {m.topic_partition for m in same if isinstance(m, WriteStatus)}
+        acks = [m for m in same if isinstance(m, AckCommit)]
+        if acks:
+            phase = "committed" if acks[-1].table_version is not None else "skipped (nothing to commit)"
+        elif any(isinstance(m, EndCommit) for m in same):
+            phase = "collecting"
+        else:
+            phase = "consuming"
+        view["in_flight"] = {"epoch": start.epoch, "txn": start.txn, "phase": phase,
+                             "write_statuses": len(statuses), "partitions": len(start.offsets),
+                             "started_s_ago": round(max(0.0, now - start.sent_at), 1)}
+    progress = [m for m in messages if isinstance(m, Progress)][-LAST_COMMITS:]
+    view["last_commits"] = [{**{k: m.payload.get(k) for k in ("txn", "epoch", "table_version", "rows", "bytes",
+                                                                 "rows_per_s", "commit_duration_s", "lag",
+                                                                 "records_dead_lettered")},
+                             "age_s": round(max(0.0, now - m.sent_at), 1)} for m in progress]
+    return view
+
+
+def collect(cfg: LakesinkConfig) -> dict[str, Any]:
+    """Everything `status` shows, as one JSON-ready dict."""
+    out: dict[str, Any] = {"connector": cfg.name, "table_path": cfg.table_path, "control_topic": cfg.control_topic_name,
+                           "source_topics": list(cfg.kafka_topic_names), "problems": []}
+    try:
+        messages = read_tail(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, TAIL,
+                             dict(cfg.consumer_overrides))
+    except Exception as exc:  # noqa: BLE001 - status shows what it can
+        messages = []
+        out["problems"].append(f"control topic {cfg.control_topic_name}: {exc}")
+    out["control"] = control_view(messages)
+
+    sink = DeltaTableSink(cfg.table_path, cfg.name)
+    committed: dict = {}
+    table: dict[str, Any] = {"exists": False}
+    try:
+        rec = sink.committed()
+        committed = rec.offsets
+        table = {"exists": rec.table_version is not None, "delta_version": rec.table_version,
+                 "txn_version": rec.version, "epoch": split_version(rec.version)[0] if rec.version is not None else None,
+                 "txn": split_version(rec.version)[1] if rec.version is not None else None,
+                 "uncommitted_manifests": sum(1 for v in sink.manifest_versions() if v > (rec.version or -1))}
+    except LakesinkError as exc:
+        out["problems"].append(str(exc))
+    except Exception as exc:  # noqa: BLE001 - an unreadable table is reported, not raised
+        out["problems"].append(f"table {cfg.table_path}: {exc}")
+    out["table"] = table
+
+    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)})
+    partitions = set(committed)
+    try:
+        md = admin.list_topics(timeout=10)
+        for topic in cfg.kafka_topic_names:
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None:
+                out["problems"].append(f"source topic {topic}: {tmd.error if tmd else 'missing'}")
+                continue
+            partitions |= {(topic, p) for p in tmd.partitions}
+    except Exception as exc:  # noqa: BLE001
+        out["problems"].append(f"cannot read topic metadata: {exc}")
+    high = list_offsets(admin, sorted(partitions))
+    low = list_offsets(admin, sorted(partitions), earliest=True)
+    lags = lag({tp: committed.get(tp) for tp in partitions}, high, low)
+    out["partitions"] = [{"topic": t, "partition": p, "committed": committed.get((t, p)),
+                          "high_watermark": high.get((t, p)), "lag": lags.get((t, p))}
+                         for t, p in sorted(partitions)]
+    out["total_lag"] = sum(v for v in lags.values() if v is not None)
+    return out
+
+
+def render(s: dict[str, Any]) -> str:
+    """The status as a few readable lines and tables."""
+    lines = [f"connector  {s['connector']}", f"table      {s['table_path']}"]
+    t = s["table"]
+    if t.get("exists"):
+        lines.append(f"           Delta version {t['delta_version']}; committed by epoch {t['epoch']} txn {t['txn']}"
+                     f" (txn version {t['txn_version']})" + (f"; {t['uncommitted_manifests']} uncommitted "
+                                                             f"manifest(s)" if t["uncommitted_manifests"] else ""))
+    else:
+        lines.append("           does not exist yet (nothing committed)")
+    c = s["control"]
+    lines.append(f"control    {s['control_topic']}: {c['messages']} recent message(s) of this connector"
+                 + (f", the newest {c['last_message_age_s']} s old" if c["last_message_age_s"] is not None else ""))
+    if c["latest_epoch"] is not None:
+        lines.append(f"epoch      {c['latest_epoch']}")
+    f = c["in_flight"]
+    if f:
+        lines.append(f"txn        {f['txn']} (epoch {f['epoch']}): {f['phase']}, {f['write_statuses']}/"
+                     f"{f['partitions']} write statuses, started {f['started_s_ago']} s ago")
+    lines.append("")
+    rows = [("partition", "committed", "high watermark", "lag")]
+    for p in s["partitions"]:
+        rows.append((f"{p['topic']}-{p['partition']}", _text(p["committed"], "none"), _text(p["high_watermark"]),
+                     _text(p["lag"])))
+    lines += _table(rows)
+    lines.append(f"total lag  {s['total_lag']}")
+    if c["last_commits"]:
+        lines.append("")
+        lines.append("last commits")
+        rows = [("txn", "epoch", "rows", "rows/s", "commit s", "lag", "table version", "age s")]
+        for k in c["last_commits"]:
+            rows.append(tuple(_text(k[n]) for n in ("txn", "epoch", "rows", "rows_per_s", "commit_duration_s", "lag",
+                                                     "table_version", "age_s")))
+        lines += _table(rows)
+    for problem in s["problems"]:
+        lines.append(f"problem    {problem}")
+    return "\n".join(lines) + "\n"
+
+
+def _text(value: Any, none: str = "-") -> str:
+    return none if value is None else str(value)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+            for r in rows]
+
+
+def print_status(cfg: LakesinkConfig, as_json: bool = False, out: IO[str] | None = None) -> int:
+    status = collect(cfg)
+    out = out or sys.stdout
+    out.write(json.dumps(status, indent=2) + "\n" if as_json else render(status))
+    return 0
