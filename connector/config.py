@@ -521,6 +521,30 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
   `key.pem` or `keystore` is shown as `******` in logs and status output.
 - Booleans are `true` or `false`; durations are integers in milliseconds (`*.ms`).
 
+## Schema drift (`value.converter=json`)
+
+The table's columns come from the first records (partitions that inferred different types are reconciled
+before the first commit: int and double become double, a field missing in some records becomes nullable).
+Once the table exists, every record is held to its schema:
+
+- **A field the record lacks** is null in its row.
+- **A new field** is a record error (`NewField`) with `schema.evolution=false`. With
+  `schema.evolution=true` it becomes a new nullable column, added by the Delta commit that brings the first
+  row carrying it (Delta `mergeSchema`); earlier rows read it as null.
+- **A changed type** (a string where the table has a number, an object where it has a string, 1.5 for an
+  integer column) is a record error (`TypeMismatch`) whatever `schema.evolution` says; only an integer
+  filling a double column is accepted.
+- **Malformed JSON, a value that is not an object, non-UTF-8 bytes, a null value (tombstone), a record
+  above `max.record.bytes`** are record errors too.
+
+A record error follows `errors.tolerance`: `none` stops the connector before any transaction commits an
+offset at or past the record (the error names its topic, partition and offset); `all` produces the
+record, with its original key, value and headers plus `__connect.errors.*` headers (topic, partition,
+offset, connector, exception class and message), to `errors.deadletterqueue.topic.name` and goes on. The
+dead-letter producer is flushed before the transaction covering the record commits, so every record ends
+up in the table or in the dead-letter topic; after a crash or a discarded transaction a record may be
+dead-lettered again (at least once), while table rows stay exactly once.
+
 """
 
 

@@ -1,0 +1,58 @@
+"""connector/status.py without a broker: the control-topic view and the rendering."""
+from __future__ import annotations
+
+from connector.messages import AckCommit, EndCommit, Progress, StartCommit, WriteStatus
+from connector.status import control_view, render
+from connector.watermarks import lag
+
+T0 = 1_700_000_000.0
+
+
+def ws(txn: int, partition: int, sent_at: float) -> WriteStatus:
+    return WriteStatus("c", 2, txn, topic="t", partition=partition, worker="w", start_offset=0, first_offset=0,
+                       next_offset=10, files=(), rows=10, bytes=100, sent_at=sent_at)
+
+
+def test_control_view_follows_the_newest_txn_and_the_last_commits():
+    offsets = {("t", 0): 0, ("t", 1): 0}
+    messages = [
+        StartCommit("c", 2, 4, offsets, sent_at=T0),
+        EndCommit("c", 2, 4, sent_at=T0 + 5),
+        ws(4, 0, T0 + 5.1), ws(4, 1, T0 + 5.2),
+        AckCommit("c", 2, 4, 17, offsets, sent_at=T0 + 6),
+        Progress("c", 2, 4, payload={"txn": 4, "epoch": 2, "rows": 20, "table_version": 17, "lag": 3},
+                 sent_at=T0 + 6),
+        StartCommit("c", 2, 5, offsets, sent_at=T0 + 6),
+        EndCommit("c", 2, 5, sent_at=T0 + 11),
+        ws(5, 1, T0 + 11.5),
+    ]
+    view = control_view(messages, now=T0 + 12)
+    assert view["latest_epoch"] == 2 and view["messages"] == 9 and view["last_message_age_s"] == 0.5
+    assert view["in_flight"] == {"epoch": 2, "txn": 5, "phase": "collecting", "write_statuses": 1, "partitions": 2,
+                                 "started_s_ago": 6.0}
+    [commit] = view["last_commits"]
+    assert (commit["txn"], commit["rows"], commit["table_version"], commit["lag"], commit["age_s"]) == \
+        (4, 20, 17, 3, 6.0)
+    assert control_view(messages[:5], now=T0 + 7)["in_flight"]["phase"] == "committed"
+    assert control_view([], now=T0)["in_flight"] is None
+
+
+def test_lag_counts_from_the_low_watermark_when_nothing_is_committed():
+    assert lag({("t", 0): 5, ("t", 1): None, ("t", 2): 9}, {("t", 0): 12, ("t", 1): 40}, {("t", 1): 30}) == \
+        {("t", 0): 7, ("t", 1): 10, ("t", 2): None}
+
+
+def test_render_shows_partitions_lag_and_commits():
+    status = {
+        "connector": "c", "table_path": "/tables/events", "control_topic": "ctl", "problems": [],
+        "table": {"exists": True, "delta_version": 17, "epoch": 2, "txn": 4, "txn_version": (2 << 32) | 4,
+                  "uncommitted_manifests": 0},
+        "control": control_view([StartCommit("c", 2, 5, {("t", 0): 10}, sent_at=T0)], now=T0 + 1),
+        "partitions": [{"topic": "t", "partition": 0, "committed": 10, "high_watermark": 25, "lag": 15}],
+        "total_lag": 15,
+    }
+    text = render(status)
+    assert "Delta version 17; committed by epoch 2 txn 4" in text
+    assert "txn        5 (epoch 2): consuming, 0/1 write statuses" in text
+    assert [line.split() for line in text.splitlines() if line.startswith("t-0")] == [["t-0", "10", "25", "15"]]
+    assert "total lag  15" in text
