@@ -285,8 +285,9 @@ class DeltaTableSink:
     # --- housekeeping --------------------------------------------------------------------------------------
 
     def clean_staging(self, epoch: int, txn: int | None = None) -> int:
-        """Remove staging of `txn` (after its commit) or, with txn None, of every txn of an older epoch or of
-        an older txn of `epoch`. Safe to repeat."""
+        """Remove staging of every txn up to and including `txn` of `epoch` (after txn's commit: older txns of
+        the epoch were committed or discarded) and of every older epoch; with txn None, of older epochs only.
+        Safe to repeat."""
         root = staging_root(self.table_path)
         if not root.exists():
             return 0
@@ -295,7 +296,7 @@ class DeltaTableSink:
             tag = _parse_tag(d.name)
             if tag is None:
                 continue
-            if (txn is not None and tag == (epoch, txn)) or (txn is None and tag[0] < epoch):
+            if tag[0] < epoch or (txn is not None and tag[0] == epoch and tag[1] <= txn):
                 shutil.rmtree(d, ignore_errors=True)
                 removed += 1
                 fault_point("coordinator.during-staging-cleanup")

@@ -125,7 +125,7 @@ class Worker:
 
     def close(self) -> None:
         for runner in self.runners.values():
-            if runner.writer is not None:
+            if runner.writer is not None and runner.state.phase is not Phase.WAITING_ACK:
                 runner.writer.discard()
         self.runners.clear()
         if self._consumer is not None:
@@ -385,7 +385,8 @@ class Worker:
     def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
         for tp in partitions:
             runner = self.runners.pop((tp.topic, tp.partition), None)
-            if runner is not None and runner.writer is not None:
+            # A file group already reported in a WRITE-STATUS stays: the coordinator may be committing it.
+            if runner is not None and runner.writer is not None and runner.state.phase is not Phase.WAITING_ACK:
                 runner.writer.discard()
         log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
 
