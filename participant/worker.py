@@ -61,6 +61,9 @@ class PartitionRunner:
     pending_seek: object = _NO_SEEK
     failed: int = 0
     dead_lettered: int = 0
+    # failures of this txn, produced to the dead-letter topic at END-COMMIT, so that a txn discarded before
+    # its WRITE-STATUS (timeout, rebalance, restart) does not dead-letter its records a second time
+    pending_failures: list = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -80,8 +83,11 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, cfg: LakesinkConfig, worker_id: str | None = None, clock: Clock | None = None,
-                 batch_size: int = 20_000, metrics: Metrics | None = None):
+                 batch_size: int = 20_000, metrics: Metrics | None = None, join_open_txn: bool = True):
+        """`join_open_txn`: on start, join the newest START still open on the control topic. Off when the
+        coordinator runs in this same process: its START is the only one worth joining after a restart."""
         self.cfg = cfg
+        self.join_open_txn = join_open_txn
         self.metrics = metrics or Metrics()
         self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.clock = clock or SystemClock()
@@ -102,7 +108,7 @@ class Worker:
         cfg = self.cfg
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name,
                                        f"worker {self.worker_id}", dict(cfg.producer_overrides),
-                                       dict(cfg.consumer_overrides)).open(replay_last=1000)
+                                       dict(cfg.consumer_overrides)).open(replay_last=1000 if self.join_open_txn else 0)
         self._consumer = Consumer({
             "bootstrap.servers": cfg.kafka_bootstrap_servers,
             "group.id": cfg.kafka_group_id,
@@ -194,6 +200,7 @@ class Worker:
             elif isinstance(effect, Resume):
                 runner.writer = self._new_writer(runner)
                 runner.failed = runner.dead_lettered = 0
+                runner.pending_failures = []
                 if runner.pending_seek is _NO_SEEK and runner.delivered_next != runner.state.position:
                     self._seek(runner, runner.state.position)
                 self._consumer.resume([KafkaTP(topic, partition)])
@@ -201,6 +208,7 @@ class Worker:
                 self._consumer.pause([KafkaTP(topic, partition)])
             elif isinstance(effect, Discard):
                 self.metrics.offset_commit_skips.inc()
+                runner.pending_failures = []
                 if runner.writer is not None:
                     runner.writer.discard()
                     runner.writer = None
@@ -221,7 +229,8 @@ class Worker:
         writer = runner.writer or self._new_writer(runner)
         files = writer.flush()
         fault_point("participant.after-staging")
-        if self._dlq is not None and runner.dead_lettered:
+        if self._dlq is not None and runner.pending_failures:
+            self._dead_letter(runner)
             remaining = self._dlq.flush(30)
             if remaining:
                 raise RecordError(f"{remaining} dead-letter record(s) not acknowledged by the broker; not reporting "
@@ -318,6 +327,10 @@ class Worker:
                 f"record {first.topic}-{first.partition}@{first.offset} cannot be converted ({first.error_class}: "
                 f"{first.error_message}); errors.tolerance=none stops here and nothing past it is committed: fix the "
                 f"record or set errors.tolerance=all with errors.deadletterqueue.topic.name")
+        runner.pending_failures.extend(failures)
+
+    def _dead_letter(self, runner: PartitionRunner) -> None:
+        failures, runner.pending_failures = runner.pending_failures, []
         for f in failures:
             headers = list(f.headers or [])
             if self.cfg.errors_deadletterqueue_context_headers_enable:

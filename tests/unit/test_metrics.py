@@ -145,7 +145,7 @@ def test_run_roles_exits_1_when_the_roles_outlive_shutdown_timeout(tmp_path, mon
     exits: list[int] = []
 
     class Hanging:
-        def __init__(self, cfg, metrics=None):
+        def __init__(self, cfg, metrics=None, join_open_txn=True):
             pass
 
         def run(self, stop):
@@ -166,7 +166,7 @@ def test_run_roles_returns_0_on_a_clean_stop_and_serves_health_meanwhile(tmp_pat
     seen: dict = {}
 
     class Quick:
-        def __init__(self, cfg, metrics=None):
+        def __init__(self, cfg, metrics=None, join_open_txn=True):
             self.metrics = metrics
 
         def run(self, stop):
@@ -276,6 +276,8 @@ def test_worker_counts_records_and_dead_letters_failures_with_connect_headers(tm
     values = [b'{"id": 1}', b"{not json", b'{"id": 3}', None, b"\xff\xfe{}", b'{"id": 6}']
     batch = [FakeRecord("t", 0, i, f"k{i}".encode(), v) for i, v in enumerate(values)]
     worker._handle_records(runner, batch)
+    assert worker._dlq.sent == [] and len(runner.pending_failures) == 3, "dead-lettered at END-COMMIT, not before"
+    worker._dead_letter(runner)
 
     m = worker.metrics
     assert m.value("sink_record_read_total") == 6
@@ -317,3 +319,13 @@ def test_worker_lag_is_high_watermark_minus_position_from_cached_watermarks(tmp_
     worker._update_lag()
     assert worker.metrics.value("sink_record_lag", {"topic": "t", "partition": "0"}) is None
     runner.writer.discard()
+
+
+def test_a_discarded_txn_dead_letters_nothing(tmp_path):
+    from participant.state import Discard
+
+    worker, runner = consuming_worker(tmp_path)
+    worker._handle_records(runner, [FakeRecord("t", 0, 0, b"k", b"{bad")])
+    assert len(runner.pending_failures) == 1
+    worker._apply(runner, [Discard()])
+    assert runner.pending_failures == [] and worker._dlq.sent == []
