@@ -540,10 +540,12 @@ Once the table exists, every record is held to its schema:
 A record error follows `errors.tolerance`: `none` stops the connector before any transaction commits an
 offset at or past the record (the error names its topic, partition and offset); `all` produces the
 record, with its original key, value and headers plus `__connect.errors.*` headers (topic, partition,
-offset, connector, exception class and message), to `errors.deadletterqueue.topic.name` and goes on. The
-dead-letter producer is flushed before the transaction covering the record commits, so every record ends
-up in the table or in the dead-letter topic; after a crash or a discarded transaction a record may be
-dead-lettered again (at least once), while table rows stay exactly once.
+offset, connector, exception class and message), to `errors.deadletterqueue.topic.name` and goes on.
+Failed records are produced at END-COMMIT and the dead-letter producer is flushed before the WRITE-STATUS
+that covers them, so every record ends up in the table or in the dead-letter topic. A txn discarded before
+END-COMMIT dead-letters nothing; one whose commit fails after its WRITE-STATUS (a crash, a timeout) may
+dead-letter its records again when they are re-read (at least once: deduplicate on the
+`__connect.errors.topic/partition/offset` headers), while table rows stay exactly once.
 
 """
 
