@@ -19,6 +19,9 @@ _DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "2g",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    # Snapshot state is rebuilt with this many shuffle partitions (Delta's default, 50, is meant for clusters
+    # and costs seconds per commit on one machine); raise it with spark.* when the table's log is large.
+    "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.parquet.compression.codec": "snappy",
     # Keep Spark off Ivy entirely: every jar is on spark.jars.
     "spark.jars.ivySettings": "",
