@@ -386,6 +386,7 @@ class Bench:
     produced: dict = field(default_factory=dict)
     children: Children = field(default_factory=Children)
     results: dict = field(default_factory=dict)
+    machine: str = field(default_factory=lambda: machine())  # with the load average before anything started
 
     @property
     def records(self) -> int:
@@ -1042,7 +1043,7 @@ def report(bench: Bench) -> list[str]:
     lines = ["", f"lakesink benchmark: {a.records:,} records (~{bench.produced['bytes'] / a.records:.0f} B values), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
                  f"spark.master={a.spark_master}",
-             f"  machine: {machine()}",
+             f"  machine: {bench.machine}",
              f"  produce: {bench.produced['records'] / bench.produced['seconds']:,.0f} rec/s "
              f"({bench.produced['seconds']:.1f} s)"]
     header = f"  {'':<10} {'rec/s':>10} {'MB/s':>7} {'seconds':>8} {'peak RSS MB':>12}  notes"
@@ -1082,6 +1083,10 @@ def report(bench: Bench) -> list[str]:
     if "profile" in r:
         lines += report_profile(r["profile"])
         lines += report_txns("profile", r["profile"].get("txns"))
+    loads = ", ".join(f"{k} {v['load_average']['before'][0]:.1f}->{v['load_average']['after'][0]:.1f}"
+                      for k, v in r.items() if isinstance(v, dict) and "load_average" in v)
+    if loads:
+        lines.append(f"  1-min load average before->after each phase (2 CPUs busy = 2.0): {loads}")
     for phase, error in r.get("errors", {}).items():
         lines.append(f"  {phase} FAILED: {error.splitlines()[0]}")
     ls = r.get("lakesink", {}).get("warm_rps")
@@ -1154,7 +1159,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args, work)
     broker = None
     try:
-        _say(f"machine: {machine()}; work directory {work}")
+        _say(f"machine: {bench.machine}; work directory {work}")
         if args.bootstrap:
             bench.bootstrap = args.bootstrap
         else:
@@ -1174,7 +1179,9 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"phase {phase} (load average {os.getloadavg()[0]:.2f}) ...")
             time.sleep(2)
             try:
+                load_before = os.getloadavg()
                 bench.results[phase] = getattr(bench, phase)()
+                bench.results[phase]["load_average"] = {"before": load_before, "after": os.getloadavg()}
             except Exception as exc:  # noqa: BLE001 - one failed phase must not hide the others' figures
                 errors[phase] = str(exc) if isinstance(exc, PhaseFailed) else f"{type(exc).__name__}: {exc}"
                 _say(f"  {phase} FAILED: {errors[phase]}")
@@ -1189,7 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = report(bench)
         if args.json:
             Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items()},
-                                                   "machine": machine(), "produce": bench.produced,
+                                                   "machine": bench.machine, "produce": bench.produced,
                                                    "results": bench.results}, indent=2, default=str))
         print("\n".join(lines), flush=True)
         return 1 if errors else 0
