@@ -118,13 +118,13 @@ class DeltaTableSink:
         return pa.schema(dt.schema().to_arrow())
 
     def recover(self) -> Recovered:
-        """Committed offsets from the table; manifests above the txn version were never committed: dropped."""
+        """Committed offsets from the table. Read-only: a manifest above the txn version was not committed *yet*
+        and may be the write-ahead manifest of a coordinator between steps 1 and 3 right now, so it is left
+        alone (claim_epoch claims an epoch above every manifest instead; prune_manifests removes old ones)."""
         dt = self._delta()
         if dt is None:
-            self._drop_manifests_above(-1)
             return Recovered(None, {}, None)
         version = dt.transaction_version(self.app_id)
-        self._drop_manifests_above(version if version is not None else -1)
         if version is None:
             return Recovered(None, {}, dt.version())
         manifest = self.read_manifest(version)
@@ -163,11 +163,10 @@ class DeltaTableSink:
             return []
         return sorted(int(p.stem) for p in self.manifests_dir.glob("*.json") if p.stem.isdigit())
 
-    def _drop_manifests_above(self, version: int) -> None:
-        for v in self.manifest_versions():
-            if v > version:
-                log.info("dropping manifest %d: above the committed txn version %d, never committed", v, version)
-                self._manifest_path(v).unlink(missing_ok=True)
+    def highest_manifest_epoch(self) -> int:
+        """The newest epoch any coordinator has written a manifest for, committed or not (0 when none)."""
+        versions = self.manifest_versions()
+        return split_version(versions[-1])[0] if versions else 0
 
     # --- the commit recipe ---------------------------------------------------------------------------------
 
@@ -272,9 +271,11 @@ class DeltaTableSink:
         return self.spark_factory()
 
     def claim_epoch(self, recovered: Recovered) -> int:
-        """Fence older coordinators: commit an empty append at `(epoch+1) << 32` carrying the offsets forward.
-        Before the table exists there is nothing to fence; the commit that creates it is put-if-absent."""
-        epoch = recovered.epoch + 1
+        """Fence older coordinators: commit an empty append at `epoch << 32` carrying the offsets forward, with
+        `epoch` above the table's and above every manifest's (a crashed or live coordinator's write-ahead manifest
+        of a newer epoch is never reused). Before the table exists there is nothing to fence; the commit that
+        creates it is put-if-absent."""
+        epoch = max(recovered.epoch, self.highest_manifest_epoch()) + 1
         if recovered.table_version is None:
             return epoch
         version = txn_version(epoch, 0)
