@@ -666,7 +666,8 @@ def delta_rs_rows(table: Path) -> int | None:
 def txn_timeline(messages: list) -> dict:
     """Per committed txn, from the control topic's messages (sent_at of each): collect = START..END,
     flush = END..last WRITE-STATUS, commit = last WRITE-STATUS..ACK (of which `spark` is the sink.commit
-    duration the PROGRESS record reports), restart = ACK..next START."""
+    duration the PROGRESS record reports), paused = END..next START (partitions consume nothing; with pipelined
+    transactions the next START goes out as soon as the WRITE-STATUS are in, and the commit overlaps it)."""
     from connector.messages import AckCommit, EndCommit, Progress, StartCommit, WriteStatus
 
     by: dict[tuple, dict] = defaultdict(dict)
@@ -693,7 +694,7 @@ def txn_timeline(messages: list) -> dict:
         rows.append({"txn": key[1], "rows": d["progress"].get("rows", 0), "files": d["progress"].get("files", 0),
                      "collect_s": d["end"] - d["start"], "flush_s": last_ws - d["end"], "commit_s": d["ack"] - last_ws,
                      "spark_s": d["progress"].get("commit_duration_s") or 0.0,
-                     "restart_s": (nxt - d["ack"]) if nxt else None})
+                     "paused_s": (nxt - d["end"]) if nxt else None})
     rows = [r for r in rows if r["rows"]]
     if not rows:
         return {"count": 0}
@@ -702,11 +703,11 @@ def txn_timeline(messages: list) -> dict:
         vals = sorted(r[key] for r in rows if r[key] is not None)
         return {"mean": sum(vals) / len(vals), "p50": _pct(vals, 50), "max": vals[-1]} if vals else None
 
-    total = sum(r["collect_s"] + r["flush_s"] + r["commit_s"] + (r["restart_s"] or 0) for r in rows)
-    paused = sum(r["flush_s"] + r["commit_s"] + (r["restart_s"] or 0) for r in rows)
+    timed = [r for r in rows if r["paused_s"] is not None]
+    total = sum(r["collect_s"] + r["paused_s"] for r in timed)
     return {"count": len(rows), "rows": {"mean": sum(r["rows"] for r in rows) / len(rows)},
-            **{k: stats(k) for k in ("collect_s", "flush_s", "commit_s", "spark_s", "restart_s")},
-            "paused_fraction": paused / total if total else None, "per_txn": rows}
+            **{k: stats(k) for k in ("collect_s", "flush_s", "commit_s", "spark_s", "paused_s")},
+            "paused_fraction": sum(r["paused_s"] for r in timed) / total if total else None, "per_txn": rows}
 
 
 # --- child phases (run as `bench/run.py --_phase NAME ...`) ----------------------------------------------------
@@ -1033,9 +1034,9 @@ def report_txns(label: str, txns: dict) -> list[str]:
         return f"{s['mean']:.2f}/{s['max']:.2f}" if s else "n/a"
 
     return [f"  {label} per txn (mean/max s, {txns['count']} txns of {txns['rows']['mean']:,.0f} rows): "
-            f"collect {m('collect_s')}, flush {m('flush_s')}, commit {m('commit_s')} (Spark sink.commit "
-            f"{m('spark_s')}), restart {m('restart_s')}; partitions paused {_fmt(txns['paused_fraction'], '.0%')} "
-            f"of the time"]
+            f"collect {m('collect_s')}, flush {m('flush_s')}, WRITE-STATUS->ACK {m('commit_s')} (Spark sink.commit "
+            f"{m('spark_s')}), paused END->next START {m('paused_s')}: partitions consume nothing "
+            f"{_fmt(txns['paused_fraction'], '.0%')} of the time"]
 
 
 def report(bench: Bench) -> list[str]:
@@ -1044,6 +1045,7 @@ def report(bench: Bench) -> list[str]:
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
                  f"spark.master={a.spark_master}",
              f"  machine: {bench.machine}",
+             f"  code: {code_state()}",
              f"  produce: {bench.produced['records'] / bench.produced['seconds']:,.0f} rec/s "
              f"({bench.produced['seconds']:.1f} s)"]
     header = f"  {'':<10} {'rec/s':>10} {'MB/s':>7} {'seconds':>8} {'peak RSS MB':>12}  notes"
@@ -1096,6 +1098,21 @@ def report(bench: Bench) -> list[str]:
     lines.append(f"lakesink_rps={_fmt(ls, '.0f')} raw_rps={_fmt(raw, '.0f')} sss_rps={_fmt(sss, '.0f')} "
                  f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)}")
     return lines
+
+
+def code_state() -> str:
+    """The commit measured, and whether product files differ from it (the working tree is shared)."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return f"{ROOT} (not a git checkout)"
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "connector", "coordinator",
+                                "participant"], capture_output=True, text=True, timeout=10).stdout.split("\n")
+        dirty = [line[3:] for line in dirty if line.strip()]
+        return f"{head.stdout.strip()}" + (f" + uncommitted changes to {', '.join(dirty)}" if dirty else " (clean)")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def machine() -> str:
