@@ -127,13 +127,45 @@ class DeltaTableSink:
         version = dt.transaction_version(self.app_id)
         if version is None:
             return Recovered(None, {}, dt.version())
+        return Recovered(version, self.offsets_at(version, dt.version()), dt.version())
+
+    def offsets_at(self, version: int, latest_table_version: int) -> Offsets:
+        """The offsets committed with txn version `version`: those of its manifest, except for an epoch claim
+        that a commit of the older coordinator overtook (it landed between the claimer's recovery and its claim,
+        so the claim carried older offsets forward): then that commit's. Read-only."""
         manifest = self.read_manifest(version)
         if manifest is None:
             raise CommitError(
                 f"table {self.table_path} records lakesink txn version {version} for connector {self.app_id!r} "
                 f"but its manifest {self._manifest_path(version)} is missing: the _lakesink folder was removed or "
                 f"the table was copied without it; restore it, or start a new connector name to re-ingest.")
-        return Recovered(version, _decode_offsets(manifest["offsets"]), dt.version())
+        if manifest.get("txn") == 0 and manifest.get("base_table_version") is not None:
+            overtaking = self._overtaking_commit(version, manifest.get("base_version"),
+                                                 manifest["base_table_version"], latest_table_version)
+            if overtaking is not None:
+                log.warning("the epoch claim %d carried the offsets of txn version %s forward, but txn version %d "
+                            "was committed in between: its offsets are the committed ones", version,
+                            manifest.get("base_version"), overtaking)
+                return self.offsets_at(overtaking, latest_table_version)
+        return _decode_offsets(manifest["offsets"])
+
+    def _overtaking_commit(self, claim: int, base: int | None, base_table_version: int,
+                           latest_table_version: int) -> int | None:
+        """The connector's last txn version committed after the claimer's recovery (Delta version
+        `base_table_version`) and before the claim itself, unless that is still `base`. None as well when the
+        log of those versions was cleaned up (the claim is long settled: its claimer checked it at once)."""
+        import deltalake
+
+        last = base
+        for v in range(base_table_version + 1, latest_table_version + 1):
+            try:
+                txn = deltalake.DeltaTable(self.table_path, version=v).transaction_version(self.app_id)
+            except Exception:  # noqa: BLE001 - that version's log is gone
+                return None
+            if txn == claim:
+                return last if last != base else None
+            last = txn
+        return None
 
     def committed(self) -> Recovered:
         """What `recover` returns, read-only: for status and other observers, which must never drop manifests."""
@@ -170,8 +202,10 @@ class DeltaTableSink:
 
     # --- the commit recipe ---------------------------------------------------------------------------------
 
-    def write_manifest(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...]) -> None:
-        """Step 1, put-if-absent: a second writer of the same version is fenced unless it is this instance."""
+    def write_manifest(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...],
+                       claim_base: Recovered | None = None) -> None:
+        """Step 1, put-if-absent: a second writer of the same version is fenced unless it is this instance.
+        An epoch claim records what its offsets were recovered from (`claim_base`), see offsets_at."""
         epoch, txn = split_version(version)
         body = {
             "version": version, "epoch": epoch, "txn": txn, "instance": self.instance, "connector": self.app_id,
@@ -180,6 +214,8 @@ class DeltaTableSink:
                         "next_offset": s.next_offset, "rows": s.rows, "files": [f.path for f in s.files]}
                        for s in statuses],
         }
+        if claim_base is not None:
+            body.update(base_version=claim_base.version, base_table_version=claim_base.table_version)
         self.manifests_dir.mkdir(parents=True, exist_ok=True)
         path = self._manifest_path(version)
         tmp = path.with_suffix(f".{self.instance}.tmp")
@@ -196,7 +232,7 @@ class DeltaTableSink:
             tmp.unlink(missing_ok=True)
 
     def commit(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...],
-               expect_new_table: bool = False) -> CommitResult:
+               expect_new_table: bool = False, claim_base: Recovered | None = None) -> CommitResult:
         """Steps 1-3 for one txn. Raises FencedError when a newer epoch owns the table, CommitError otherwise."""
         files = [f for s in statuses for f in s.files if f.rows > 0]
         rows = sum(f.rows for f in files)
@@ -208,7 +244,7 @@ class DeltaTableSink:
             # Nothing to write and no table to record offsets in: offsets advance only past failed records,
             # which are re-read and re-routed after a restart; nothing is lost.
             return CommitResult(version, None, 0, 0, 0, skipped_empty=True)
-        self.write_manifest(version, offsets, statuses)
+        self.write_manifest(version, offsets, statuses, claim_base)
         fault_point("coordinator.after-manifest")
         try:
             self._append(version, [f.path for f in files], expect_new_table)
@@ -279,7 +315,7 @@ class DeltaTableSink:
         if recovered.table_version is None:
             return epoch
         version = txn_version(epoch, 0)
-        self.commit(version, recovered.offsets, ())
+        self.commit(version, recovered.offsets, (), claim_base=recovered)
         log.info("claimed epoch %d on %s (txn version %d)", epoch, self.table_path, version)
         return epoch
 

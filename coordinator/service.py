@@ -100,6 +100,8 @@ class CoordinatorService:
     def _begin(self) -> list[Effect]:
         recovered = self.sink.recover()
         epoch = self.sink.claim_epoch(recovered)
+        if recovered.table_version is not None:
+            recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
         self.stats.claims += 1
         self._table_known = recovered.table_version is not None
         removed = self.sink.clean_staging(epoch)
