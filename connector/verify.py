@@ -71,15 +71,14 @@ def read_committed(table_path: str, app_id: str) -> CommittedState:
     version = dt.transaction_version(app_id)
     if version is None:
         return CommittedState(dt, dt.version(), None, {})
-    manifest = DeltaTableSink(table_path, app_id).read_manifest(version)
-    if manifest is None:
+    sink = DeltaTableSink(table_path, app_id)
+    if sink.read_manifest(version) is None:
         raise VerifyError(
             f"table {table_path} records lakesink txn version {version} for connector {app_id!r} but the manifest "
             f"of that version is missing under {Path(table_path) / '_lakesink' / 'commits'}: the committed offsets "
             f"are unknown, so nothing can be verified; restore the _lakesink folder from a backup of the table")
-    offsets = {(i["topic"], int(i["partition"])): (None if i["offset"] is None else int(i["offset"]))
-               for i in manifest.get("offsets", [])}
-    return CommittedState(dt, dt.version(), version, offsets)
+    offsets = sink.offsets_at(version, dt.version())  # what recovery reads, an overtaken epoch claim included
+    return CommittedState(dt, dt.version(), version, dict(offsets))
 
 
 def read_coordinates(snapshot) -> pa.Table:

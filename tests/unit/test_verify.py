@@ -309,3 +309,38 @@ def test_rows_without_coordinates_fail(tmp_path, bad) -> None:
                                              "target.table.name": "events"}), use_kafka=False)
     assert not report.ok and report.totals()["uncommitted"] == 1
     assert any("no source coordinates" in n for n in report.notes)
+
+
+def test_an_epoch_claim_overtaken_by_an_older_commit_reads_that_commits_offsets(tmp_path, capsys) -> None:
+    """Coordinator B recovers txn e1t1 (offset 10), A commits e1t2 (rows 10..19, offset 20), B claims epoch 2
+    carrying offset 10 forward: recovery and verify both take e1t2's offsets, so rows 10..19 are committed."""
+    import deltalake
+
+    from connector.table import DeltaTableSink
+
+    path = tmp_path / "events"
+
+    def append(lo: int, hi: int, version: int, offset: int, **base) -> None:
+        deltalake.write_deltalake(str(path), pa.table({
+            "id": pa.array(range(lo, hi), pa.int64()), "_kafka_topic": pa.array([T] * (hi - lo), pa.string()),
+            "_kafka_partition": pa.array([0] * (hi - lo), pa.int32()),
+            "_kafka_offset": pa.array(range(lo, hi), pa.int64())}), mode="append",
+            commit_properties=deltalake.CommitProperties(app_transactions=[deltalake.Transaction("sink", version)]))
+        commits = path / "_lakesink" / "commits"
+        commits.mkdir(parents=True, exist_ok=True)
+        body = {"version": version, "txn": version & 0xFFFFFFFF, "offsets": [{"topic": T, "partition": 0,
+                                                                            "offset": offset}], **base}
+        (commits / f"{version:020d}.json").write_text(json.dumps(body))
+
+    append(0, 10, txn_version(1, 1), 10)
+    append(10, 20, txn_version(1, 2), 20)
+    append(0, 0, txn_version(2, 0), 10, base_version=txn_version(1, 1), base_table_version=0)
+    assert deltalake.DeltaTable(str(path)).transaction_version("sink") == txn_version(2, 0)
+    assert DeltaTableSink(str(path), "sink").recover().offsets == {(T, 0): 20}
+    assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
+    assert "uncommitted=0" in capsys.readouterr().out
+    # the same claim, not overtaken: its own offsets
+    (path / "_lakesink" / "commits" / f"{txn_version(2, 0):020d}.json").write_text(json.dumps(
+        {"version": txn_version(2, 0), "txn": 0, "offsets": [{"topic": T, "partition": 0, "offset": 20}],
+         "base_version": txn_version(1, 2), "base_table_version": 1}))
+    assert DeltaTableSink(str(path), "sink").recover().offsets == {(T, 0): 20}
