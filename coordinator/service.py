@@ -58,7 +58,8 @@ class CoordinatorService:
                  metrics: Metrics | None = None):
         self.cfg = cfg
         self.metrics = metrics or Metrics()
-        self._txn_started: tuple[int, int, float] | None = None  # (epoch, txn, monotonic) of the last START
+        # (epoch, txn) -> monotonic time of its START; the last two (pipelined: START N+1 precedes commit N)
+        self._txn_started: dict[tuple[int, int], float] = {}
         self.clock = clock or SystemClock()
         self.stats = CoordinatorStats()
         self._spark_factory = spark_factory or self._default_spark
@@ -152,7 +153,9 @@ class CoordinatorService:
             effect = queue.pop(0)
             if isinstance(effect, Send):
                 if isinstance(effect.message, StartCommit):
-                    self._txn_started = (effect.message.epoch, effect.message.txn, time.monotonic())
+                    self._txn_started[(effect.message.epoch, effect.message.txn)] = time.monotonic()
+                    for key in sorted(self._txn_started)[:-2]:
+                        del self._txn_started[key]
                     logs.bind(epoch=effect.message.epoch, txn=effect.message.txn)
                 self._channel.send(effect.message)
                 log.debug("sent %s epoch %d txn %d", type(effect.message).__name__, effect.message.epoch,
@@ -172,8 +175,12 @@ class CoordinatorService:
         except CommitError as exc:
             self.stats.commit_failures += 1
             self.metrics.txn_discarded.inc()
-            log.error("txn %d of epoch %d not committed: %s; starting a new txn", c.txn, c.epoch, exc)
-            return self.state.on_commit_failed(self.sink.recover().offsets)
+            log.error("txn %d of epoch %d not committed: %s; discarding txn %d, started on its offsets, too, and "
+                      "starting a new txn", c.txn, c.epoch, exc, self.state.txn)
+            before = self.state.stats["txn_discarded_with_commit"]
+            effects = self.state.on_commit_failed(self.sink.recover().offsets)
+            self.metrics.txn_discarded.inc(self.state.stats["txn_discarded_with_commit"] - before)
+            return effects
         fault_point("coordinator.after-delta-commit")
         if result.skipped_empty:
             return self.state.on_commit_skipped()
@@ -206,8 +213,8 @@ class CoordinatorService:
             self.metrics.table_version.set(result.table_version)
         self.metrics.mark_commit()
         txn_s = None
-        if self._txn_started is not None and self._txn_started[:2] == (c.epoch, c.txn):
-            txn_s = time.monotonic() - self._txn_started[2]
+        if (c.epoch, c.txn) in self._txn_started:
+            txn_s = time.monotonic() - self._txn_started[(c.epoch, c.txn)]
         lags = lag(c.offsets, list_offsets(self._admin, c.offsets, timeout_s=2.0))
         payload = {"txn": c.txn, "epoch": c.epoch, "table_version": result.table_version, "rows": result.rows,
                    "bytes": result.bytes, "files": result.files, "commit_duration_s": round(duration_s, 3),

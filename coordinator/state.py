@@ -2,6 +2,10 @@
 
 No I/O and no threads: the runtime sends what `Send` carries, performs the Delta commit a `Commit`
 asks for, and reports back with `on_committed`, `on_commit_skipped` or `on_commit_failed`.
+
+Transactions are pipelined: when every WRITE-STATUS of txn N is in, the machine returns
+`[Send(START N+1), Commit(N)]`. START N+1 carries N's new offsets, so it is speculative: it is valid iff N
+commits. While N commits, N+1 consumes but does not END; if N fails, N+1 is discarded with it.
 """
 from __future__ import annotations
 
@@ -26,10 +30,11 @@ from connector.messages import (
 
 
 class Phase(Enum):
+    """The phase of the current txn. A Commit of the previous txn may be outstanding meanwhile (`committing`)."""
+
     IDLE = "idle"
     CONSUMING = "consuming"
     COLLECTING = "collecting"
-    COMMITTING = "committing"
     FENCED = "fenced"
 
 
@@ -75,6 +80,7 @@ class CoordinatorState:
         self._start_offsets: Offsets = {}
         self._received: dict[TopicPartition, WriteStatus] = {}
         self._deadline: Deadline | None = None
+        self._committing: Commit | None = None  # the previous txn's Commit, outstanding while this txn consumes
         self._stats: Counter[str] = Counter()
 
     @property
@@ -92,6 +98,11 @@ class CoordinatorState:
     @property
     def fenced(self) -> bool:
         return self._phase is Phase.FENCED
+
+    @property
+    def committing(self) -> Commit | None:
+        """The Commit the runtime is performing, if any; the current txn was started on its offsets."""
+        return self._committing
 
     @property
     def committed_offsets(self) -> Offsets:
@@ -119,16 +130,19 @@ class CoordinatorState:
             raise ProtocolError(f"{self._connector}: next_txn must be >= 1 (txn 0 is the epoch claim), got {next_txn}")
         self._epoch = epoch
         self._committed = dict(offsets)
-        return self._start(next_txn)
+        self._committing = None
+        return self._start(next_txn, self._committed)
 
     def tick(self) -> list[Effect]:
         if self._deadline is None or not self._deadline.expired():
             return []
         if self._phase is Phase.CONSUMING:
+            if self._committing is not None:
+                return []  # this txn's START offsets are valid only if the previous txn commits: wait for it
             return self._end()
         if self._phase is Phase.COLLECTING:
             self._stats["txn_timed_out"] += 1
-            return self._start(self._txn + 1)
+            return self._start(self._txn + 1, self._committed)
         return []
 
     def on_message(self, msg: Message) -> list[Effect]:
@@ -145,27 +159,36 @@ class CoordinatorState:
         return self._commit_if_complete()
 
     def on_committed(self, table_version: int | None, offsets: Offsets) -> list[Effect]:
-        """The Commit went through: the table now holds `offsets`."""
-        if self._expect_committing("on_committed"):
+        """The Commit went through: the table now holds `offsets`. The txn started on them goes on."""
+        commit = self._expect_committing("on_committed")
+        if commit is None:
             return []
         self._committed = dict(offsets)
         self._stats["txn_committed"] += 1
-        return self._ack_and_start(table_version)
+        if offsets != commit.offsets:  # not what the next txn was started on: it cannot go on
+            return [self._ack(commit, table_version), *self._restart_after(commit)]
+        return [self._ack(commit, table_version), *self._resume_after(commit)]
 
     def on_commit_skipped(self) -> list[Effect]:
-        """The runtime wrote nothing for this Commit: the committed offsets stay as they were."""
-        if self._expect_committing("on_commit_skipped"):
+        """The runtime wrote nothing for this Commit: the committed offsets stay as they were. When the Commit
+        would have moved them (past failed records only), the txn started on them is discarded too."""
+        commit = self._expect_committing("on_commit_skipped")
+        if commit is None:
             return []
         self._stats["commit_skipped"] += 1
-        return self._ack_and_start(None)
+        if commit.offsets != self._committed:
+            return [self._ack(commit, None), *self._restart_after(commit)]
+        return [self._ack(commit, None), *self._resume_after(commit)]
 
     def on_commit_failed(self, offsets: Offsets) -> list[Effect]:
-        """The Commit failed; `offsets` were re-read from the table. The txn is discarded."""
-        if self._expect_committing("on_commit_failed"):
+        """The Commit failed; `offsets` were re-read from the table. The txn is discarded, and so is the one
+        started on its offsets: a new START carries `offsets`."""
+        commit = self._expect_committing("on_commit_failed")
+        if commit is None:
             return []
         self._committed = dict(offsets)
         self._stats["commit_failed"] += 1
-        return self._start(self._txn + 1)
+        return self._restart_after(commit)
 
     def _ignore_reason(self, msg: Message) -> str | None:
         if msg.connector != self._connector:
@@ -195,9 +218,10 @@ class CoordinatorState:
             return "inconsistent_offsets"
         return None
 
-    def _start(self, txn: int) -> list[Effect]:
+    def _start(self, txn: int, base: Offsets) -> list[Effect]:
+        """START `txn` at `base`: the committed offsets, or those of the Commit outstanding (speculative)."""
         self._txn = txn
-        self._start_offsets = {tp: self._committed.get(tp) for tp in sorted(set(self._partitions()))}
+        self._start_offsets = {tp: base.get(tp) for tp in sorted(set(self._partitions()))}
         self._received = {}
         self._phase = Phase.CONSUMING
         self._deadline = Deadline.after(self._clock, self._interval_s)
@@ -217,24 +241,38 @@ class CoordinatorState:
         for tp, status in self._received.items():
             if status.next_offset is not None:
                 offsets[tp] = status.next_offset
-        self._phase = Phase.COMMITTING
-        self._deadline = None
         statuses = tuple(self._received[tp] for tp in sorted(self._received))
-        return [Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets)]
+        commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets)
+        self._committing = commit
+        # START first, so the runtime sends it before performing the (slow) commit.
+        return [*self._start(self._txn + 1, offsets), commit]
 
-    def _ack_and_start(self, table_version: int | None) -> list[Effect]:
-        ack = AckCommit(
-            self._connector, self._epoch, self._txn, table_version, dict(self._committed), sent_at=self._clock.wall()
-        )
-        return [Send(ack), *self._start(self._txn + 1)]
+    def _ack(self, commit: Commit, table_version: int | None) -> Send:
+        self._committing = None
+        return Send(AckCommit(
+            self._connector, commit.epoch, commit.txn, table_version, dict(self._committed), sent_at=self._clock.wall()
+        ))
 
-    def _expect_committing(self, call: str) -> bool:
-        """True when fenced (the call is moot); raises unless a Commit is outstanding."""
+    def _resume_after(self, commit: Commit) -> list[Effect]:
+        """The txn started on `commit`'s offsets is valid: END it now if its interval is already over."""
+        if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired():
+            return self._end()
+        return []
+
+    def _restart_after(self, commit: Commit) -> list[Effect]:
+        """The txn started on `commit`'s offsets is not valid: discard it and START the next at the committed."""
+        self._committing = None
+        if self._txn > commit.txn:
+            self._stats["txn_discarded_with_commit"] += 1
+        return self._start(self._txn + 1, self._committed)
+
+    def _expect_committing(self, call: str) -> Commit | None:
+        """None when fenced (the call is moot); raises unless a Commit is outstanding."""
         if self._phase is Phase.FENCED:
-            return True
-        if self._phase is not Phase.COMMITTING:
+            return None
+        if self._committing is None:
             raise ProtocolError(f"{self._connector}: {call} while {self._phase.value}: no Commit is outstanding")
-        return False
+        return self._committing
 
 
 def _offsets_consistent(status: WriteStatus) -> bool:

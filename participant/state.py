@@ -51,7 +51,13 @@ class Pause:
 
 @dataclass(frozen=True)
 class Discard:
-    """Drop everything buffered or staged for the abandoned txn."""
+    """Drop everything buffered or staged for the abandoned txn (not yet reported)."""
+
+
+@dataclass(frozen=True)
+class Forget:
+    """Drop the reference to the reported file group without deleting it: the coordinator may be committing it
+    (pipelined txns). The coordinator removes its staging once a later txn commits."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class CommitConsumerOffset:
     offset: int
 
 
-Effect: TypeAlias = Seek | Resume | Pause | Discard | Flush | Send | CommitConsumerOffset
+Effect: TypeAlias = Seek | Resume | Pause | Discard | Forget | Flush | Send | CommitConsumerOffset
 
 
 class ParticipantState:
@@ -90,6 +96,7 @@ class ParticipantState:
         self._position: int | None = None
         self._position_known = False
         self._last_status: WriteStatus | None = None
+        self._acked: int | None = None  # the highest offset committed to the consumer group by this machine
         self._stats: Counter[str] = Counter()
 
     @property
@@ -138,6 +145,8 @@ class ParticipantState:
             return self._ignore("not_for_participants")
         if self._epoch is not None and msg.epoch < self._epoch:
             return self._ignore("older_epoch")
+        if isinstance(msg, AckCommit) and msg.epoch == self._epoch and self._txn is not None and msg.txn < self._txn:
+            return self._on_older_ack(msg)
         if msg.epoch != self._epoch or msg.txn != self._txn:
             return self._ignore("other_txn")
         if not self._in_txn:
@@ -199,8 +208,13 @@ class ParticipantState:
             if start.epoch == self._epoch and start.txn <= self._txn:
                 return self._ignore("duplicate_start" if start.txn == self._txn else "stale_start")
         pause: list[Effect] = [Pause()] if self._phase is Phase.CONSUMING else []
-        discard: list[Effect] = [] if self._phase is Phase.PAUSED else [Discard()]
-        self._stats["txn_discarded"] += len(discard)
+        discard: list[Effect]
+        if self._phase is Phase.WAITING_ACK:
+            # Reported: the coordinator may be committing that file group right now (pipelined txns).
+            discard = [Forget()]
+        else:
+            discard = [] if self._phase is Phase.PAUSED else [Discard()]
+            self._stats["txn_discarded"] += len(discard)
         self._epoch, self._txn = start.epoch, start.txn
         self._first_offset = None
         self._last_status = None
@@ -237,8 +251,17 @@ class ParticipantState:
         offset = ack.offsets.get(self._tp)
         if offset is not None:
             effects.append(CommitConsumerOffset(offset))
+            self._acked = offset if self._acked is None else max(self._acked, offset)
         self._phase = Phase.PAUSED
         return effects
+
+    def _on_older_ack(self, ack: AckCommit) -> list[Effect]:
+        """The ACK of a txn before the current one (pipelined: the next txn started before this commit ended)."""
+        offset = ack.offsets.get(self._tp)
+        if offset is None or (self._acked is not None and offset <= self._acked):
+            return self._ignore("older_ack")
+        self._acked = offset
+        return [CommitConsumerOffset(offset)]
 
     def _ignore(self, reason: str) -> list[Effect]:
         self._stats[reason] += 1

@@ -33,6 +33,7 @@ from participant.state import (
     Discard,
     Effect,
     Flush,
+    Forget,
     ParticipantState,
     Pause,
     Phase,
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 # Participant stats that count a control message it ignored; `not_for_participants` (another partition's
 # WRITE-STATUS, PROGRESS) is routine traffic and not counted.
 IGNORE_REASONS = ("other_connector", "older_epoch", "other_txn", "not_in_txn", "duplicate_start", "stale_start",
-                  "duplicate_end", "duplicate_ack")
+                  "duplicate_end", "duplicate_ack", "older_ack")
 CHANNEL_IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 
 META_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
@@ -212,6 +213,11 @@ class Worker:
                 if runner.writer is not None:
                     runner.writer.discard()
                     runner.writer = None
+            elif isinstance(effect, Forget):
+                # A reported file group (a START of the next txn while waiting for the ACK): the coordinator may
+                # be committing it right now, so its files stay; its staging is removed after a later commit.
+                runner.pending_failures = []
+                runner.writer = None
             elif isinstance(effect, Flush):
                 fault_point("participant.after-end-received")
                 self._flush(runner)

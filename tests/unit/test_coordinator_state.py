@@ -99,21 +99,37 @@ def test_tick_sends_end_after_the_interval() -> None:
 
 def test_commit_when_every_partition_reported() -> None:
     coord, _, _ = collecting({P0: 10, ("gone", 0): 7})
-    assert coord.on_message(status(P0, 10, 15)) == []
+    s0 = status(P0, 10, 15)
+    assert coord.on_message(s0) == []
     assert coord.phase is Phase.COLLECTING and set(coord.received) == {P0}
     s1 = status(P1, None, 4)
-    [commit] = coord.on_message(s1)
-    assert commit == Commit(
-        1, 1, txn_version(1, 1), (coord.received[P0], s1), {P0: 15, P1: 4, ("gone", 0): 7}
-    )
-    assert coord.phase is Phase.COMMITTING
+    _, commit = coord.on_message(s1)
+    assert commit == Commit(1, 1, txn_version(1, 1), (s0, s1), {P0: 15, P1: 4, ("gone", 0): 7})
+    assert coord.committing == commit
+
+
+def test_start_of_the_next_txn_is_sent_before_the_commit_with_its_offsets() -> None:
+    coord, clock, topics = collecting({P0: 10, ("gone", 0): 7})
+    topics.tps = [P1, ("t", 2)]
+    coord.on_message(status(P0, 10, 15))
+    clock.advance(0.5)
+    start_effect, commit = coord.on_message(status(P1, None, 4))
+    assert isinstance(start_effect, Send) and isinstance(commit, Commit)
+    start = start_effect.message
+    assert isinstance(start, StartCommit) and (start.epoch, start.txn) == (1, 2)
+    # N's new offsets, restricted to the partitions re-read for N+1; new partitions get the committed offset.
+    assert start.offsets == {P1: 4, ("t", 2): None}
+    assert (coord.phase, coord.txn, coord.expected) == (Phase.CONSUMING, 2, {P1, ("t", 2)})
+    assert coord.committed_offsets == {P0: 10, ("gone", 0): 7}  # not before N's commit succeeds
+    assert start.sent_at == clock.wall()
 
 
 def test_idle_partitions_leave_the_offsets_as_they_were() -> None:
     coord, _, _ = collecting()
     coord.on_message(status(P0, 10, 10))
-    [commit] = coord.on_message(status(P1, None, None))
+    start, commit = coord.on_message(status(P1, None, None))
     assert isinstance(commit, Commit) and commit.offsets == coord.committed_offsets == {P0: 10}
+    assert start.message.offsets == {P0: 10, P1: None}
 
 
 def test_status_before_end_is_ignored() -> None:
@@ -208,13 +224,14 @@ def test_timeout_discards_and_restarts_with_the_same_offsets() -> None:
     assert coord.phase is Phase.CONSUMING and not coord.received
 
 
-def test_no_ticks_fire_while_committing() -> None:
+def test_the_next_txn_does_not_end_while_the_commit_is_outstanding() -> None:
     coord, clock, _ = collecting()
     coord.on_message(status(P0, 10, 15))
     coord.on_message(status(P1, None, None))
     clock.advance(3600)
-    assert coord.tick() == [] and coord.phase is Phase.COMMITTING
-    assert coord.on_message(status(P0, 10, 15)) == [] and coord.stats["not_collecting"] == 1
+    assert coord.tick() == [] and coord.phase is Phase.CONSUMING and coord.txn == 2
+    assert coord.on_message(status(P0, 10, 15)) == [] and coord.stats["other_txn"] == 1
+    assert coord.on_message(status(P0, 15, 16, txn=2)) == [] and coord.stats["not_collecting"] == 1
 
 
 def committing() -> tuple[CoordinatorState, FakeClock, Topics]:
@@ -224,39 +241,77 @@ def committing() -> tuple[CoordinatorState, FakeClock, Topics]:
     return coord, clock, topics
 
 
-def test_committed_sends_ack_then_the_next_start() -> None:
-    coord, _, topics = committing()
-    topics.tps = [P1, ("t", 2)]
-    ack, start = sent(coord.on_committed(77, {P0: 15, P1: 3}))
+def test_committed_acks_and_the_next_txn_goes_on() -> None:
+    coord, _, _ = committing()
+    [ack] = sent(coord.on_committed(77, {P0: 15, P1: 3}))
     assert isinstance(ack, AckCommit) and (ack.txn, ack.table_version, ack.offsets) == (1, 77, {P0: 15, P1: 3})
-    assert isinstance(start, StartCommit) and start.txn == 2 and start.offsets == {P1: 3, ("t", 2): None}
-    assert coord.committed_offsets == {P0: 15, P1: 3}
-    assert coord.expected == {P1, ("t", 2)} and coord.stats["txn_committed"] == 1
+    assert coord.committed_offsets == {P0: 15, P1: 3} and coord.committing is None
+    assert (coord.phase, coord.txn, coord.expected) == (Phase.CONSUMING, 2, {P0, P1})
+    assert coord.stats["txn_committed"] == 1
+
+
+def test_the_next_txn_ends_on_time_when_the_commit_was_quick() -> None:
+    coord, clock, _ = committing()
+    coord.on_committed(77, {P0: 15, P1: 3})
+    clock.advance(INTERVAL_MS / 1000 - 0.001)
+    assert coord.tick() == []
+    clock.advance(0.001)
+    [end] = sent(coord.tick())
+    assert isinstance(end, EndCommit) and end.txn == 2
+
+
+def test_the_next_txn_ends_right_after_a_slow_commit() -> None:
+    coord, clock, _ = committing()
+    clock.advance(INTERVAL_MS / 1000 * 3)
+    assert coord.tick() == []
+    ack, end = sent(coord.on_committed(77, {P0: 15, P1: 3}))
+    assert isinstance(ack, AckCommit) and ack.txn == 1
+    assert isinstance(end, EndCommit) and end.txn == 2 and coord.phase is Phase.COLLECTING
+    [commit] = [e for e in coord.on_message(status(P0, 15, 20, txn=2)) + coord.on_message(status(P1, 3, 3, txn=2))
+                if isinstance(e, Commit)]
+    assert commit.txn == 2 and commit.offsets == {P0: 20, P1: 3}
 
 
 def test_vanished_partitions_are_carried_forward() -> None:
-    coord, clock, topics = committing()
+    coord, clock, topics = collecting()
     topics.tps = [P1]
+    coord.on_message(status(P0, 10, 15))
+    [start_effect, _] = coord.on_message(status(P1, None, 3))
+    assert start_effect.message.offsets == {P1: 3}
     coord.on_committed(77, {P0: 15, P1: 3})
     clock.advance(1)
     coord.tick()
-    [commit] = coord.on_message(status(P1, 3, 8, txn=2))
+    [_, commit] = coord.on_message(status(P1, 3, 8, txn=2))
     assert isinstance(commit, Commit) and commit.offsets == {P0: 15, P1: 8}
 
 
 def test_commit_skipped_acks_and_keeps_offsets() -> None:
-    coord, _, _ = committing()
-    ack, start = sent(coord.on_commit_skipped())
-    assert ack.table_version is None and ack.offsets == {P0: 10}
-    assert start.txn == 2 and start.offsets == {P0: 10, P1: None}
+    coord, _, _ = collecting()
+    coord.on_message(status(P0, 10, 10))
+    coord.on_message(status(P1, None, None))
+    [ack] = sent(coord.on_commit_skipped())
+    assert ack.table_version is None and ack.offsets == {P0: 10} and ack.txn == 1
+    assert coord.txn == 2 and coord.phase is Phase.CONSUMING and coord.committing is None
     assert coord.stats["commit_skipped"] == 1
 
 
-def test_commit_failed_restarts_with_the_offsets_read_back() -> None:
+def test_commit_skipped_that_would_have_moved_offsets_discards_the_next_txn() -> None:
+    coord, _, _ = committing()  # e.g. only dead-lettered records and no table yet
+    ack, start = sent(coord.on_commit_skipped())
+    assert ack.table_version is None and ack.offsets == {P0: 10}
+    assert start.txn == 3 and start.offsets == {P0: 10, P1: None}
+    assert coord.stats["commit_skipped"] == 1
+
+
+def test_commit_failed_discards_the_next_txn_and_restarts_with_the_offsets_read_back() -> None:
     coord, _, _ = committing()
-    [start] = sent(coord.on_commit_failed({P0: 15, P1: 3}))
-    assert isinstance(start, StartCommit) and start.txn == 2 and start.offsets == {P0: 15, P1: 3}
-    assert coord.stats["commit_failed"] == 1 and coord.phase is Phase.CONSUMING
+    assert coord.txn == 2
+    [start] = sent(coord.on_commit_failed({P0: 12}))
+    assert isinstance(start, StartCommit) and start.txn == 3 and start.offsets == {P0: 12, P1: None}
+    assert coord.stats["commit_failed"] == 1 and coord.phase is Phase.CONSUMING and coord.committing is None
+    assert coord.committed_offsets == {P0: 12}
+    # statuses of the discarded txn 2 are not accepted
+    assert coord.on_message(status(P0, 15, 20, txn=2)) == [] and coord.stats["other_txn"] == 1
 
 
 @pytest.mark.parametrize("call", ["on_committed", "on_commit_skipped", "on_commit_failed"])
@@ -273,12 +328,14 @@ def test_no_partitions_commits_nothing_right_after_end() -> None:
     [start] = sent(coord.begin(1, {P0: 4}))
     assert start.offsets == {}
     clock.advance(1)
-    end, commit = coord.tick()
-    assert isinstance(end, Send) and commit == Commit(1, 1, txn_version(1, 1), (), {P0: 4})
+    end, start, commit = coord.tick()
+    assert isinstance(end.message, EndCommit) and isinstance(start.message, StartCommit)
+    assert commit == Commit(1, 1, txn_version(1, 1), (), {P0: 4})
 
 
 def test_returned_views_do_not_alias_state() -> None:
-    coord, _, _ = committing()
+    coord, _, _ = collecting()
+    coord.on_message(status(P0, 10, 15))
     coord.committed_offsets[P0] = 999
     coord.received.clear()
-    assert coord.committed_offsets == {P0: 10} and len(coord.received) == 2
+    assert coord.committed_offsets == {P0: 10} and len(coord.received) == 1

@@ -329,3 +329,50 @@ def test_a_discarded_txn_dead_letters_nothing(tmp_path):
     assert len(runner.pending_failures) == 1
     worker._apply(runner, [Discard()])
     assert runner.pending_failures == [] and worker._dlq.sent == []
+
+
+class RecordingConsumer:
+    def __init__(self):
+        self.calls = []
+
+    def pause(self, tps):
+        self.calls.append(("pause", [(t.topic, t.partition) for t in tps]))
+
+    def resume(self, tps):
+        self.calls.append(("resume", [(t.topic, t.partition) for t in tps]))
+
+    def seek(self, tp):
+        self.calls.append(("seek", (tp.topic, tp.partition, tp.offset)))
+
+    def commit(self, offsets, asynchronous):
+        self.calls.append(("commit", [(t.topic, t.partition, t.offset) for t in offsets]))
+
+
+class RecordingChannel:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg):
+        self.sent.append(msg)
+
+
+def test_a_pipelined_start_never_deletes_a_reported_file_group(tmp_path):
+    from pathlib import Path
+
+    from connector.messages import AckCommit, EndCommit, WriteStatus
+
+    worker, runner = consuming_worker(tmp_path)
+    worker._consumer, worker._channel = RecordingConsumer(), RecordingChannel()
+    worker._handle_records(runner, [FakeRecord("t", 0, i, None, b'{"id": 1}') for i in range(5)])
+    worker._on_control(EndCommit("m-sink", 1, 1))
+    [status] = worker._channel.sent
+    assert isinstance(status, WriteStatus) and status.next_offset == 5 and status.files
+    reported = runner.writer
+    worker._consumer.calls.clear()
+    worker._on_control(StartCommit("m-sink", 1, 2, {("t", 0): 5}))  # sent before the coordinator commits txn 1
+    assert all(Path(f.path).exists() for f in status.files), "the coordinator may be reading them"
+    assert runner.writer is not reported and runner.state.txn == 2
+    assert worker._consumer.calls == [("resume", [("t", 0)])], "no seek: consumption just goes on"
+    worker._on_control(AckCommit("m-sink", 1, 1, 3, {("t", 0): 5}))
+    assert worker._consumer.calls[-1] == ("commit", [("t", 0, 5)]) and runner.state.txn == 2
+    runner.writer.discard()

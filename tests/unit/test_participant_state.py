@@ -7,6 +7,7 @@ from participant.state import (
     CommitConsumerOffset,
     Discard,
     Flush,
+    Forget,
     ParticipantState,
     Pause,
     Phase,
@@ -196,15 +197,51 @@ def test_start_while_consuming_discards_and_seeks_back() -> None:
     assert part.stats["txn_discarded"] == 1
 
 
-@pytest.mark.parametrize("phase_via", ["flushing", "waiting_ack"])
-def test_start_discards_a_txn_that_was_not_acked(phase_via: str) -> None:
+@pytest.mark.parametrize("phase_via, drop", [("flushing", Discard()), ("waiting_ack", Forget())])
+def test_start_drops_a_txn_that_was_not_acked(phase_via: str, drop) -> None:
     part = consuming(10)
     part.on_records(10, 12)
     part.on_message(end())
     if phase_via == "waiting_ack":
         part.on_flushed((), 2, 20)
-    assert part.on_message(start(10, epoch=2, txn=1)) == [Discard(), Seek(10), Resume()]
+    # A reported file group is only forgotten, never deleted: the coordinator may be committing it.
+    assert part.on_message(start(10, epoch=2, txn=1)) == [drop, Seek(10), Resume()]
     assert (part.epoch, part.txn, part.phase) == (2, 1, Phase.CONSUMING)
+
+
+def test_pipelined_start_while_waiting_for_the_ack_forgets_and_consumes_on_without_a_seek() -> None:
+    part, status = flushed(10, 15)
+    effects = part.on_message(start(15, txn=2))
+    assert effects == [Forget(), Resume()]
+    assert not any(isinstance(e, (Discard, Seek)) for e in effects)
+    assert (part.phase, part.txn, part.start_offset, part.position, part.last_status) == (
+        Phase.CONSUMING, 2, 15, 15, None)
+    assert part.stats["txn_discarded"] == 0
+    part.on_records(15, 18)
+    part.on_message(end(txn=2))
+    [send] = part.on_flushed([FILE], 3, 300)
+    assert (send.message.txn, send.message.start_offset, send.message.next_offset) == (2, 15, 18)
+
+
+def test_ack_of_an_older_txn_commits_the_consumer_offset_and_keeps_the_current_txn() -> None:
+    part, _ = flushed(10, 15)
+    part.on_message(start(15, txn=2))
+    part.on_records(15, 17)
+    assert part.on_message(ack(15, txn=1)) == [CommitConsumerOffset(15)]
+    assert (part.phase, part.txn, part.position) == (Phase.CONSUMING, 2, 17)
+    assert part.on_message(ack(15, txn=1)) == [] and part.stats["older_ack"] == 1  # redelivered: no regression
+    assert part.on_message(ack(12, txn=1)) == [] and part.stats["older_ack"] == 2
+    assert part.on_message(ack(None, txn=1)) == [] and part.stats["older_ack"] == 3
+    assert part.on_message(ack(15, epoch=0, txn=1)) == [] and part.stats["older_epoch"] == 1
+
+
+def test_discarded_pipelined_txn_discards_only_its_own_data_and_seeks_back() -> None:
+    part, _ = flushed(10, 15)
+    part.on_message(start(15, txn=2))
+    part.on_records(15, 20)
+    # the commit of txn 1 failed: txn 2 is discarded too and txn 3 starts at the offsets read back
+    assert part.on_message(start(10, txn=3)) == [Discard(), Seek(10), Resume()]
+    assert (part.txn, part.position) == (3, 10)
 
 
 def test_duplicate_and_stale_starts_are_ignored() -> None:
