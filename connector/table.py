@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import time
 import uuid
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 META_DIR = "_lakesink"
 KEEP_MANIFESTS = 100
+CLAIM_ATTEMPTS = 10
 
 
 def staging_root(table_path: str | Path) -> Path:
@@ -310,14 +312,27 @@ class DeltaTableSink:
         """Fence older coordinators: commit an empty append at `epoch << 32` carrying the offsets forward, with
         `epoch` above the table's and above every manifest's (a crashed or live coordinator's write-ahead manifest
         of a newer epoch is never reused). Before the table exists there is nothing to fence; the commit that
-        creates it is put-if-absent."""
-        epoch = max(recovered.epoch, self.highest_manifest_epoch()) + 1
-        if recovered.table_version is None:
-            return epoch
-        version = txn_version(epoch, 0)
-        self.commit(version, recovered.offsets, (), claim_base=recovered)
-        log.info("claimed epoch %d on %s (txn version %d)", epoch, self.table_path, version)
-        return epoch
+        creates it is put-if-absent. A claim that loses Delta's conflict check to a commit of the coordinator it
+        fences (ConcurrentTransactionException: both set this connector's txn version) is claimed again from a
+        fresh recovery."""
+        attempt = 1
+        while True:
+            epoch = max(recovered.epoch, self.highest_manifest_epoch()) + 1
+            if recovered.table_version is None:
+                return epoch
+            version = txn_version(epoch, 0)
+            try:
+                self.commit(version, recovered.offsets, (), claim_base=recovered)
+                log.info("claimed epoch %d on %s (txn version %d)", epoch, self.table_path, version)
+                return epoch
+            except CommitError as exc:
+                if attempt >= CLAIM_ATTEMPTS or self._safe_txn_version() == recovered.version:
+                    raise  # not overtaken by another commit: a real failure
+                log.warning("epoch claim %d lost to a concurrent commit (%s); recovering and claiming again",
+                            version, exc)
+                time.sleep(random.uniform(0.1, 1.0))  # off the rhythm of the other coordinator's commits
+                recovered = self.recover()
+                attempt += 1
 
     # --- housekeeping --------------------------------------------------------------------------------------
 
