@@ -260,6 +260,13 @@ def _children_map() -> dict[int, list[int]]:
     return children
 
 
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
 def process_tree(pid: int) -> list[int]:
     children = _children_map()
     out, todo = [], [pid]
@@ -272,9 +279,10 @@ def process_tree(pid: int) -> list[int]:
 
 class TreeMemory:
     """Peak RSS of a process tree from /proc/<pid>/status, sampled every POLL_S: per process its VmHWM (its own
-    high-water mark, so nothing between samples is missed). Processes seen in fewer than MIN_SAMPLES samples are
-    left out: a JVM forks to run `bash`/`ls` for Hadoop's file system calls, and such a fork briefly reports
-    the whole JVM's resident pages as its own."""
+    high-water mark, so nothing between samples is missed). Left out: a fork that has not exec'd yet (same
+    executable as its parent) and processes seen in fewer than MIN_SAMPLES samples. A JVM forks to run
+    `bash`/`chmod` for Hadoop's file system calls, and until the exec such a fork reports the whole JVM's
+    resident pages as its own."""
 
     MIN_SAMPLES = 3
 
@@ -289,7 +297,7 @@ class TreeMemory:
         rss = {}
         for p in process_tree(self.pid):
             st = _proc_status(p)
-            if "VmHWM" not in st:
+            if "VmHWM" not in st or (p != self.pid and _exe(p) == _exe(int(st.get("PPid", "0")))):
                 continue
             self.peak_kb[p] = max(self.peak_kb.get(p, 0), int(st["VmHWM"].split()[0]))
             self.names[p] = st.get("Name", "?")
