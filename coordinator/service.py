@@ -121,6 +121,7 @@ class CoordinatorService:
             self.close()
 
     def step(self, timeout_s: float = 0.1) -> None:
+        self.state.pipeline = self._table_known
         effects: list[Effect] = []
         channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
         for msg in self._channel.poll(timeout_s):

@@ -81,6 +81,9 @@ class CoordinatorState:
         self._received: dict[TopicPartition, WriteStatus] = {}
         self._deadline: Deadline | None = None
         self._committing: Commit | None = None  # the previous txn's Commit, outstanding while this txn consumes
+        # START the next txn before the commit of this one (pipelined). The runtime turns it off until the table
+        # exists, so that participants learn the table's schema (from the ACK) before they consume again.
+        self.pipeline = True
         self._stats: Counter[str] = Counter()
 
     @property
@@ -244,6 +247,9 @@ class CoordinatorState:
         statuses = tuple(self._received[tp] for tp in sorted(self._received))
         commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets)
         self._committing = commit
+        if not self.pipeline:
+            self._deadline = None  # nothing runs until the commit's outcome; the next START follows its ACK
+            return [commit]
         # START first, so the runtime sends it before performing the (slow) commit.
         return [*self._start(self._txn + 1, offsets), commit]
 
@@ -254,7 +260,10 @@ class CoordinatorState:
         ))
 
     def _resume_after(self, commit: Commit) -> list[Effect]:
-        """The txn started on `commit`'s offsets is valid: END it now if its interval is already over."""
+        """The txn started on `commit`'s offsets is valid: END it now if its interval is already over. Without
+        pipelining no txn was started on them: START it now."""
+        if self._txn == commit.txn:
+            return self._start(self._txn + 1, self._committed)
         if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired():
             return self._end()
         return []

@@ -339,3 +339,29 @@ def test_returned_views_do_not_alias_state() -> None:
     coord.committed_offsets[P0] = 999
     coord.received.clear()
     assert coord.committed_offsets == {P0: 10} and len(coord.received) == 1
+
+
+def test_without_pipelining_the_next_start_follows_the_ack() -> None:
+    """Until the table exists the runtime turns pipelining off: participants must learn the table's schema
+    from the ACK before consuming the next txn."""
+    coord, clock, _ = collecting()
+    coord.pipeline = False
+    coord.on_message(status(P0, 10, 15))
+    effects = coord.on_message(status(P1, None, 3))
+    assert [type(e) for e in effects] == [Commit]
+    clock.advance(100)
+    assert coord.tick() == [], "no END, no timeout while the only txn is committing"
+    after = coord.on_committed(0, effects[0].offsets)
+    assert [type(m) for m in sent(after)] == [AckCommit, StartCommit]
+    start = sent(after)[1]
+    assert start.txn == 2 and start.offsets == {P0: 15, P1: 3}
+
+
+def test_without_pipelining_a_failed_commit_starts_the_next_txn_on_the_table_offsets() -> None:
+    coord, _, _ = collecting()
+    coord.pipeline = False
+    coord.on_message(status(P0, 10, 15))
+    coord.on_message(status(P1, None, 3))
+    start = sent(coord.on_commit_failed({P0: 10}))
+    assert [(type(m), m.txn) for m in start] == [(StartCommit, 2)]
+    assert start[0].offsets == {P0: 10, P1: None}
