@@ -7,6 +7,7 @@ and every other connector's messages are dropped here (counted).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,14 +37,23 @@ def ensure_control_topic(admin: AdminClient, topic: str, timeout_s: float = 30.0
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise SetupError(f"cannot create control topic {topic!r}: {exc.args[0].str()}; create it with one "
                                  f"partition or grant this client CREATE on the cluster") from None
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
-        tmd = md.topics.get(topic)
+        tmd = _await_metadata(admin, topic, timeout_s)
     if tmd is None or tmd.error is not None:
         raise SetupError(f"control topic {topic!r} is not available: {tmd.error if tmd else 'no metadata'}")
     if len(tmd.partitions) != 1:
         raise ProtocolError(f"control topic {topic!r} has {len(tmd.partitions)} partitions; the protocol needs exactly "
                             f"one so that every role sees one order of messages: use a new single-partition topic "
                             f"(control.topic.name)")
+
+
+def _await_metadata(admin: AdminClient, topic: str, timeout_s: float):
+    """Metadata of a topic just created: a busy broker may still answer UNKNOWN_TOPIC_OR_PART for a moment."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tmd = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        if (tmd is not None and tmd.error is None and tmd.partitions) or time.monotonic() > deadline:
+            return tmd
+        time.sleep(0.2)
 
 
 def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
