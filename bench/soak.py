@@ -146,8 +146,8 @@ class Soak:
         dup = audit(self.table, {})["duplicated"]
         self.stats["max_duplicated_mid"] = max(self.stats["max_duplicated_mid"], dup)
         self.say(f"fault {i}: {step} on {name} ({action}, after={after}) {'fired' if fired else 'NOT fired'} in "
-                 f"{took:.0f} s; {'progress' if ok else 'NO PROGRESS'}; rows {len(table_offsets(self.table))}, "
-                 f"duplicated so far {dup}")
+                 f"{took:.0f} s; {'progress' if ok else 'NO PROGRESS'}; rows {len(table_offsets(self.table))} of "
+                 f"{sum(self.stream.delivered.values())} produced, duplicated so far {dup}")
         if not ok:
             self.stats["stalls"] += 1
             for n in list(self.procs):
@@ -173,7 +173,7 @@ class Soak:
             self.name = f"soak-{args.seed}"
             self.table = self.work / "tables" / "events"
             self.say(f"soak: {args.faults} faults, seed {args.seed}, work dir {self.work}, broker {self.kafka.bootstrap}")
-            stream = Stream(self.kafka.bootstrap, topic, args.partitions, args.rate)
+            stream = self.stream = Stream(self.kafka.bootstrap, topic, args.partitions, args.rate)
             for name in ("coordinator", "worker-a", "worker-b"):
                 self.start(name)
             if not self.wait_progress(-1):
@@ -207,7 +207,8 @@ class Soak:
             self.kafka.stop()
         lost, duplicated = result["missing"], result["duplicated"]
         minutes = (time.monotonic() - self.began) / 60
-        self.say(f"stats: {dict(self.stats)}; audit {result}; verify exit {verify.returncode}; {minutes:.1f} min")
+        self.say(f"stats: {dict(self.stats)}, producer replaced {self.stream.replaced}x; audit {result}; "
+                 f"verify exit {verify.returncode}; {minutes:.1f} min")
         print(f"runs={self.stats['runs']} lost={lost} duplicated={duplicated}", flush=True)
         return 0 if lost == 0 and duplicated == 0 and result["unexpected"] == 0 else 1
 
