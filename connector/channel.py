@@ -56,6 +56,20 @@ def _await_metadata(admin: AdminClient, topic: str, timeout_s: float):
         time.sleep(0.2)
 
 
+def _read_range(consumer: Consumer, start: int, end: int, timeout_s: float):
+    """The records of the assigned control partition from `start` up to `end`, errors skipped; stops early
+    when the broker has nothing more within `timeout_s`."""
+    position = start
+    while position < end:
+        batch = consumer.consume(500, timeout=timeout_s)
+        if not batch:
+            return
+        for raw in batch:
+            if raw.error() is None:
+                position = raw.offset() + 1
+                yield raw
+
+
 def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
               consumer_overrides: dict[str, str] | None = None, timeout_s: float = 10.0) -> list[Message]:
     """This connector's messages among the newest `last` of the control topic, in order; read-only (no topic is
@@ -73,23 +87,15 @@ def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
             return []
         consumer.assign([TopicPartition(topic, 0, start)])
         out: list[Message] = []
-        position = start
-        while position < high:
-            batch = consumer.consume(500, timeout=timeout_s)
-            if not batch:
-                break
-            for raw in batch:
-                if raw.error() is not None:
-                    continue
-                position = raw.offset() + 1
-                if raw.key() is not None and raw.key() != connector.encode():
-                    continue
-                try:
-                    msg = decode(raw.value() if raw.value() is not None else b"")
-                except DecodeError:
-                    continue
-                if msg.connector == connector:
-                    out.append(msg)
+        for raw in _read_range(consumer, start, high, timeout_s):
+            if raw.key() is not None and raw.key() != connector.encode():
+                continue
+            try:
+                msg = decode(raw.value() if raw.value() is not None else b"")
+            except DecodeError:
+                continue
+            if msg.connector == connector:
+                out.append(msg)
         return out
     finally:
         consumer.close()
@@ -130,20 +136,12 @@ class ControlChannel:
     def _latest_open_start(self, start: int, end: int) -> list[Message]:
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
         latest: StartCommit | None = None
-        position = start
-        while position < end:
-            batch = self._consumer.consume(500, timeout=2.0)
-            if not batch:
-                break
-            for raw in batch:
-                if raw.error() is not None:
-                    continue
-                position = raw.offset() + 1
-                msg = self._decode(raw.value())
-                if isinstance(msg, StartCommit):
-                    latest = msg
-                elif isinstance(msg, EndCommit) and latest is not None and (msg.epoch, msg.txn) == (latest.epoch, latest.txn):
-                    latest = None
+        for raw in _read_range(self._consumer, start, end, 2.0):
+            msg = self._decode(raw.value())
+            if isinstance(msg, StartCommit):
+                latest = msg
+            elif isinstance(msg, EndCommit) and latest is not None and (msg.epoch, msg.txn) == (latest.epoch, latest.txn):
+                latest = None
         self._consumer.unassign()
         return [latest] if latest is not None else []
 

@@ -109,3 +109,20 @@ def test_two_participants_and_a_coordinator_complete_three_transactions(kafka_bo
         assert acks[tp][:3] == [10, 20, 30]
     for ch in [coord_ch, *part_ch.values()]:
         ch.close()
+
+
+def test_a_joining_worker_replays_only_the_newest_open_start(kafka_bootstrap):
+    topic = f"control-{uuid.uuid4().hex[:8]}"
+    coord = _channel(kafka_bootstrap, topic, "a", "coordinator")
+    coord.send(StartCommit("a", 1, 1, {("t", 0): None}))
+    coord.send(EndCommit("a", 1, 1))
+    coord.send(StartCommit("a", 1, 2, {("t", 0): 5}))
+    joined = ControlChannel(kafka_bootstrap, topic, "a", "worker").open(replay_last=100)
+    replayed = joined.poll(0.1)
+    assert [(type(m).__name__, m.txn) for m in replayed] == [("StartCommit", 2)]
+    assert replayed[0].offsets == {("t", 0): 5}
+    coord.send(EndCommit("a", 1, 2))
+    late = ControlChannel(kafka_bootstrap, topic, "a", "worker").open(replay_last=100)
+    assert late.poll(0.5) == [], "a START whose END already went out is too late to join"
+    for ch in (coord, joined, late):
+        ch.close()
