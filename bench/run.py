@@ -798,6 +798,7 @@ def child_profile(args) -> int:
     from connector import table as table_module
     from connector.channel import ControlChannel
     from connector.config import load_config
+    from connector.delta_log import DeltaLogCommitter
     from connector.service import Roles
     from connector.table import DeltaTableSink
     from coordinator.service import CoordinatorService
@@ -894,7 +895,8 @@ def child_profile(args) -> int:
     timed(DeltaTableSink, "commit", "sink.commit")
     timed(DeltaTableSink, "write_manifest", "sink.write_manifest")
     timed(DeltaTableSink, "_append", "sink._append", spark_writes)
-    timed(DeltaTableSink, "_staged_frame", "sink._staged_frame")
+    timed(table_module, "place", "sink.place")
+    timed(DeltaLogCommitter, "commit", "sink.delta_commit")
     timed(DeltaTableSink, "txn_version", "sink.txn_version")
     timed(DeltaTableSink, "table_version", "sink.table_version")
     timed(DeltaTableSink, "arrow_schema", "sink.arrow_schema")
@@ -984,9 +986,10 @@ PROFILE_ROWS = {
         ("step", "loop rest (metrics, lag, step overhead)"),
     ],
     "coordinator": [
-        ("sink._append", "Spark append: DataFrame write to Delta (job + Delta commit)"),
-        ("sink._staged_frame", "Spark append: spark.read.parquet of the staged files"),
-        ("sink._conform_files", "Spark append: _conform_files (read staged Parquet schemas)"),
+        ("sink.delta_commit", "Delta commit of the add + txn actions (delta-spark log, py4j)"),
+        ("sink.place", "place the staged files in the table, statistics from their footers"),
+        ("sink._conform_files", "_conform_files (read staged Parquet schemas)"),
+        ("sink._append", "_append rest"),
         ("sink.arrow_schema", "delta-rs: arrow_schema"),
         ("sink.txn_version", "delta-rs: txn_version"),
         ("sink.table_version", "delta-rs: table_version"),

@@ -1,11 +1,12 @@
 """The Delta table: the source of truth for data and offsets (DESIGN I1-I4).
 
 Reads (committed offsets, txn version, schema) are JVM-free through delta-rs (`deltalake`); the coordinator's
-append goes through Spark (delta-spark). A commit is a numbered recipe, each step idempotent:
+commit goes through delta-spark's transaction log. A commit is a numbered recipe, each step idempotent:
 
   1. write the manifest `_lakesink/commits/<version>.json` (write-ahead, put-if-absent): offsets of every
      partition after this commit, the file groups, the coordinator instance;
-  2. append all staged file groups in ONE Delta commit with `txnAppId=<connector>`, `txnVersion=<version>`;
+  2. place the staged files in the table directory as they are and add them all in ONE Delta commit together
+     with the txn action (app id `<connector>`, version `<version>`), read inside the same transaction;
   3. verify that the table's txn version is now `<version>` and the manifest is ours, else `FencedError`;
   (the runtime then ACKs and calls `clean_staging`).
 
@@ -28,6 +29,8 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from connector.datafiles import partition_types_supported, place
+from connector.delta_log import DeltaLogCommitter, TableExistsError
 from connector.errors import CommitError, FencedError
 from connector.faults import fault_point
 from connector.messages import Offsets, WriteStatus, split_version, txn_version
@@ -276,15 +279,42 @@ class DeltaTableSink:
         return CommitResult(version, self.table_version(), rows, nbytes, nfiles)
 
     def _append(self, version: int, paths: list[str], expect_new_table: bool) -> None:
+        """Step 2: the staged files become the table's data files (connector.datafiles) and one Delta commit adds
+        them with the txn action (connector.delta_log). A partition column of a type Delta partition values are
+        not written for here (timestamps, decimals, floats) takes the slow path: a Spark job rewrites the files."""
         spark = self._spark()
         epoch, txn = split_version(version)
-        df = self._staged_frame(spark, paths)
-        writer = (df.write.format("delta")
+        user_metadata = json.dumps({"lakesink": {"epoch": epoch, "txn": txn, "instance": self.instance}})
+        table_schema = self.arrow_schema()
+        schema = table_schema
+        adds: list[dict] = []
+        if paths:
+            schema = _conform_files(paths, table_schema, self.schema_evolution)
+            unsupported = partition_types_supported(schema, self.partition_by)
+            if unsupported:
+                log.info("%s: appending txn version %d with a Spark job", unsupported, version)
+                return self._append_with_spark(spark, version, paths, schema, expect_new_table, user_metadata)
+            adds = [f.add_action() for f in place(paths, self.table_path, txn_tag(epoch, txn), self.partition_by,
+                                                   schema)]
+        try:
+            DeltaLogCommitter(spark).commit(
+                self.table_path, self.app_id, version, adds, partition_by=self.partition_by,
+                schema=schema if (table_schema is None or self.schema_evolution) else None,
+                expect_new_table=expect_new_table, user_metadata=user_metadata)
+        except TableExistsError as exc:
+            raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
+        except Exception as exc:  # noqa: BLE001 - py4j raises the JVM's errors
+            if expect_new_table and ("already exists" in _short(exc) or "ConcurrentWrite" in _short(exc)):
+                raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
+            raise
+
+    def _append_with_spark(self, spark, version: int, paths: list[str], schema: pa.Schema, expect_new_table: bool,
+                           user_metadata: str) -> None:
+        writer = (spark.read.schema(_spark_schema(spark, schema)).parquet(*paths).write.format("delta")
                   .mode("errorifexists" if expect_new_table else "append")
                   .option("txnAppId", self.app_id)
                   .option("txnVersion", version)
-                  .option("userMetadata", json.dumps({"lakesink": {"epoch": epoch, "txn": txn,
-                                                                   "instance": self.instance}})))
+                  .option("userMetadata", user_metadata))
         if self.schema_evolution:
             writer = writer.option("mergeSchema", "true")
         if self.partition_by and expect_new_table:
@@ -295,13 +325,6 @@ class DeltaTableSink:
             if expect_new_table and ("already exists" in str(exc) or "ConcurrentWrite" in str(exc)):
                 raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
             raise
-
-    def _staged_frame(self, spark, paths: list[str]):
-        if not paths:
-            schema = self.arrow_schema()
-            return spark.createDataFrame([], _spark_schema(spark, schema))
-        target = _conform_files(paths, self.arrow_schema(), self.schema_evolution)
-        return spark.read.schema(_spark_schema(spark, target)).parquet(*paths)
 
     def _spark(self):
         if self.spark_factory is None:
@@ -374,6 +397,7 @@ def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: boo
         target = table_schema
     for path, schema in zip(paths, schemas):
         if not schema.equals(target, check_metadata=False):
+            log.debug("conforming staged file %s to the table schema", path)
             table = conform(pq.read_table(path), target)
             tmp = f"{path}.conform.tmp"
             pq.write_table(table, tmp)
@@ -398,5 +422,14 @@ def _decode_offsets(items: list[dict]) -> Offsets:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The first line of an error; for a JVM error, its Java class and message (py4j's own first line names
+    only the call that failed)."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text = f"{java.getClass().getName()}: {java.getMessage()}".strip().splitlines()
+        except Exception:  # noqa: BLE001 - the JVM is gone
+            text = str(exc).strip().splitlines()
+    else:
+        text = str(exc).strip().splitlines()
     return text[0][:500] if text else type(exc).__name__

@@ -134,3 +134,40 @@ def test_coordinator_killed_after_delta_commit_before_ack(kafka_bootstrap, make_
         wait_until(_drained(table, expected, [proc]), DRAIN_S, "recovery after the unacknowledged commit",
                    interval_s=1)
     assert audit(table, expected) == {"rows": 10_000, "missing": 0, "duplicated": 0, "unexpected": 0}
+
+
+def test_partitioned_table_gets_the_staged_files_with_partition_values_and_statistics(
+        kafka_bootstrap, make_topic, tmp_path, spark):
+    """The commit adds the staged files themselves (split by partition) in one Delta commit per txn: Spark reads
+    every record once with its partition value, and the files' statistics are exact."""
+    import deltalake
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    topic = make_topic(partitions=2)
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"partition.field.name": "kind"})
+    produced = produce_json(kafka_bootstrap, topic, 6_000, partitions=2)
+    expected = _expected(topic, produced)
+    table = _table(tmp_path)
+    with LakesinkProcess("run", config, tmp_path / "run.log") as proc:
+        wait_until(_drained(table, expected, [proc]), DRAIN_S,
+                   f"6000 records exactly once in the partitioned table ({tmp_path / 'run.log'})", interval_s=2)
+        assert proc.terminate() == 0
+    assert audit(table, expected) == {"rows": 6_000, "missing": 0, "duplicated": 0, "unexpected": 0}
+
+    rows = spark.read.format("delta").load(str(table)).select("id", "kind").collect()
+    assert len(rows) == 6_000
+    assert all(r.kind == ("click" if r.id % 3 else "view") for r in rows)
+    assert spark.read.format("delta").load(str(table)).where("id < 10 AND kind = 'view'").count() == 4
+
+    dt = deltalake.DeltaTable(str(table))
+    assert dt.metadata().partition_columns == ["kind"]
+    adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    assert sum(a["num_records"] for a in adds) == 6_000
+    for a in adds:
+        assert a["path"].startswith(f"kind={a['partition.kind']}/part-e"), a["path"]
+        data = pq.ParquetFile(table / a["path"]).read()
+        assert "kind" not in data.column_names and data.num_rows == a["num_records"]
+        assert (a["min.id"], a["max.id"]) == (min(data.column("id").to_pylist()), max(data.column("id").to_pylist()))
+    writes = [h for h in dt.history() if h.get("userMetadata")]
+    assert writes and all(h["operation"] == "WRITE" for h in writes)

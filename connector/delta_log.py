@@ -1,0 +1,106 @@
+"""One Delta commit through delta-spark's transaction log (py4j): `add` actions of files already in the table
+directory, the `txn` action (app id, version) and, for a new table or a grown schema, the `metaData` action.
+
+This is what a Delta append does after its Spark job has written the data files; lakesink's data files are
+the participants' staged files, so the job is skipped and Delta's optimistic transaction does the rest: the
+commit is atomic, `txnVersion` is read inside the transaction so a concurrent commit of the same app id fails
+it (ConcurrentTransactionException), and post-commit hooks (checkpoints, checksums) run as for any write.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pyarrow as pa
+
+
+class DeltaLogCommitter:
+    def __init__(self, spark):
+        self._spark = spark
+        self._jvm = spark._jvm
+
+    def commit(self, table_path: str, app_id: str, version: int, adds: list[dict], *,
+               schema: pa.Schema | None, partition_by: tuple[str, ...], expect_new_table: bool,
+               user_metadata: str) -> int | None:
+        """Commit `adds` with txn (app_id, version); `schema` (nullable columns, partition columns included)
+        when the table is new or its schema grows. None when the table already holds txn version >= `version`
+        (the caller verifies whose it is); else the new Delta table version."""
+        txn = self._log(table_path).startTransaction()
+        if txn.txnVersion(app_id) >= version:
+            return None
+        is_new = txn.readVersion() < 0
+        if expect_new_table and not is_new:
+            raise TableExistsError(f"{table_path} was created by another writer")
+        if is_new:
+            if schema is None:
+                raise ValueError("a new table needs a schema")
+            txn.updateMetadataForNewTable(self._action({"metaData": {
+                "id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                "schemaString": spark_schema_json(schema), "partitionColumns": list(partition_by),
+                "configuration": {}, "createdTime": int(time.time() * 1000)}}))
+        elif schema is not None:
+            current = json.loads(txn.metadata().json())["metaData"]
+            grown = spark_schema_json(schema)
+            if json.loads(grown) != json.loads(current["schemaString"]):
+                current["schemaString"] = grown
+                txn.updateMetadata(self._action({"metaData": current}), False)
+        actions = [self._action(a) for a in adds] + [self._action({"txn": {"appId": app_id, "version": version}})]
+        return int(txn.commit(self._seq(actions), self._write_operation(partition_by if is_new else (), user_metadata)))
+
+    # --- py4j plumbing ---------------------------------------------------------------------------------------
+
+    def _log(self, table_path: str):
+        return self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self._spark._jsparkSession, table_path)
+
+    def _action(self, action: dict):
+        actions = getattr(self._jvm.org.apache.spark.sql.delta.actions, "Action$")
+        return getattr(actions, "MODULE$").fromJson(json.dumps(action))
+
+    def _none(self):
+        return self._jvm.scala.Option.empty()
+
+    def _seq(self, items: list):
+        java_list = self._jvm.java.util.ArrayList()
+        for item in items:
+            java_list.add(item)
+        return self._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
+
+    def _write_operation(self, partition_by: tuple[str, ...], user_metadata: str):
+        """DeltaOperations.Write(Append, partitionBy, predicate=None, userMetadata, the rest None): the history
+        shows a WRITE with lakesink's user metadata, as a DataFrame append would."""
+        jvm = self._jvm
+        write = jvm.org.apache.spark.sql.delta.DeltaOperations.Write
+        arity = jvm.org.apache.spark.util.Utils.classForName(
+            "org.apache.spark.sql.delta.DeltaOperations$Write", True, False).getConstructors()[0].getParameterCount()
+        partitions = jvm.scala.Option.apply(self._seq(list(partition_by))) if partition_by else self._none()
+        rest = [self._none() for _ in range(arity - 4)]
+        return write(jvm.org.apache.spark.sql.SaveMode.Append, partitions, self._none(),
+                     jvm.scala.Option.apply(user_metadata), *rest)
+
+
+class TableExistsError(Exception):
+    """The commit expected to create the table, and another writer created it first."""
+
+
+def spark_schema_json(schema: pa.Schema) -> str:
+    """The Delta schema string of an Arrow schema, every column nullable (as a Spark append of Parquet files
+    makes it, so other writers are not held to NOT NULL constraints lakesink never asked for)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return json.dumps(_nullable(json.loads(from_arrow_schema(schema).json())))
+
+
+def _nullable(node):
+    if isinstance(node, dict):
+        out = {k: _nullable(v) for k, v in node.items()}
+        if "nullable" in out:
+            out["nullable"] = True
+        if "containsNull" in out:
+            out["containsNull"] = True
+        if "valueContainsNull" in out:
+            out["valueContainsNull"] = True
+        return out
+    if isinstance(node, list):
+        return [_nullable(v) for v in node]
+    return node
