@@ -64,7 +64,9 @@ class CoordinatorService:
         self.stats = CoordinatorStats()
         self._spark_factory = spark_factory or self._default_spark
         self.sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
-                                   spark_factory=self._spark_factory)
+                                   spark_factory=self._spark_session)
+        self._spark_thread: threading.Thread | None = None
+        self._spark_error: BaseException | None = None
         self._admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)})
         self._channel: ControlChannel | None = None
         self.state: CoordinatorState | None = None
@@ -94,9 +96,29 @@ class CoordinatorService:
         cfg = self.cfg
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, "coordinator",
                                        dict(cfg.producer_overrides), dict(cfg.consumer_overrides)).open()
-        self._spark_factory()  # fail early (Java, jars) and keep the session warm for the first commit
+        self._warm_up_spark()
         self._execute(self._begin())
         return self
+
+    def _warm_up_spark(self) -> None:
+        """Build the Spark session in the background: the first commit needs it one transaction interval after
+        the first START, so on a new table START goes out at once. A missing Java or jar still stops the
+        coordinator (at its next step); a table that exists is claimed with a commit, which waits for it."""
+        def build():
+            try:
+                self._spark_factory()
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the coordinator's thread
+                self._spark_error = exc
+
+        self._spark_thread = threading.Thread(target=build, name="spark-warm-up", daemon=True)
+        self._spark_thread.start()
+
+    def _spark_session(self):
+        if self._spark_thread is not None:
+            self._spark_thread.join()
+        if self._spark_error is not None:
+            raise self._spark_error
+        return self._spark_factory()
 
     def _begin(self) -> list[Effect]:
         recovered = self.sink.recover()
@@ -121,6 +143,8 @@ class CoordinatorService:
             self.close()
 
     def step(self, timeout_s: float = 0.1) -> None:
+        if self._spark_error is not None:
+            raise self._spark_error
         self.state.pipeline = self._table_known
         effects: list[Effect] = []
         channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
