@@ -12,7 +12,9 @@ import json
 import time
 import uuid
 
+import deltalake
 import pyarrow as pa
+from py4j.protocol import Py4JError
 
 
 class DeltaLogCommitter:
@@ -27,7 +29,7 @@ class DeltaLogCommitter:
         when the table is new or its schema grows. None when the table already holds txn version >= `version`
         (the caller verifies whose it is); else the new Delta table version."""
         txn = self._log(table_path).startTransaction()
-        if txn.txnVersion(app_id) >= version:
+        if self._read_txn_version(txn, table_path, app_id) >= version:
             return None
         is_new = txn.readVersion() < 0
         if expect_new_table and not is_new:
@@ -47,6 +49,21 @@ class DeltaLogCommitter:
                 txn.updateMetadata(self._action({"metaData": current}), False)
         actions = [self._action(a) for a in adds] + [self._action({"txn": {"appId": app_id, "version": version}})]
         return int(txn.commit(self._seq(actions), self._write_operation(partition_by if is_new else (), user_metadata)))
+
+    def _read_txn_version(self, txn, table_path: str, app_id: str) -> int:
+        """`txn.txnVersion(app_id)`: the app's version in the transaction's snapshot (-1 if none), recorded as
+        read so that a concurrent commit of the same app id fails this one. Delta 4.4 answers it with a state
+        reconstruction (a Spark job: most of a commit's cost, seconds on a busy machine); delta-rs reads the
+        same value at the same table version in milliseconds, and the read is recorded on the transaction."""
+        read_version = int(txn.readVersion())
+        try:
+            txn.readTxn().addOne(app_id)
+        except Py4JError:  # a Delta without that field: let it compute the version itself
+            return int(txn.txnVersion(app_id))
+        if read_version < 0:
+            return -1
+        found = deltalake.DeltaTable(table_path, version=read_version).transaction_version(app_id)
+        return -1 if found is None else int(found)
 
     # --- py4j plumbing ---------------------------------------------------------------------------------------
 
