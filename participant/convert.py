@@ -31,7 +31,7 @@ META_FIELDS = (
     pa.field("_kafka_topic", pa.string()),
     pa.field("_kafka_partition", pa.int32()),
     pa.field("_kafka_offset", pa.int64()),
-    pa.field("_kafka_timestamp", pa.timestamp("ms", tz="UTC")),
+    pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC")),  # Delta's timestamp precision: no rewrite
     pa.field("_kafka_key", pa.binary()),
 )
 CONVERTERS = ("json", "string", "bytes")
@@ -648,7 +648,7 @@ def _with_meta(
     rows = data.num_rows
     columns = [
         pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.timestamp("ms", tz="UTC")),
+        pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(META_FIELDS[3].type),
         keys,
     ]
     if kept is not None:

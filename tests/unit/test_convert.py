@@ -80,7 +80,7 @@ def test_meta_data_columns_are_typed_and_filled_from_the_records():
     table = result.table
     assert table.column_names == ["a", *META]
     assert table.schema.field("_kafka_partition").type == pa.int32()
-    assert table.schema.field("_kafka_timestamp").type == pa.timestamp("ms", tz="UTC")
+    assert table.schema.field("_kafka_timestamp").type == pa.timestamp("us", tz="UTC")
     assert table.schema.field("_kafka_key").type == pa.binary()
     assert table.column("_kafka_topic").to_pylist() == ["orders", "orders"]
     assert table.column("_kafka_partition").to_pylist() == [3, 3]
