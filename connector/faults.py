@@ -2,7 +2,7 @@
 
 LAKESINK_FAULT=<step> kills the process (SIGKILL) exactly there; LAKESINK_FAULT_ACTION=pause stops it
 (SIGSTOP) instead, so a test can resume it later as a zombie. LAKESINK_FAULT_AFTER=N fires on the N-th
-time the step is reached (default 1).
+time the step is reached (default 1), and only then.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def fault_point(step: str) -> None:
     if not target or target != step:
         return
     _seen[step] += 1
-    if _seen[step] < int(os.environ.get("LAKESINK_FAULT_AFTER", "1")):
-        return
+    if _seen[step] != int(os.environ.get("LAKESINK_FAULT_AFTER", "1")):
+        return  # only the N-th time: a paused and resumed process runs on
     action = os.environ.get("LAKESINK_FAULT_ACTION", "kill")
     log.warning("fault injection: %s at %s", action, step)
     sys.stdout.flush()

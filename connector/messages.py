@@ -63,6 +63,10 @@ class _Envelope:
 @dataclass(frozen=True)
 class StartCommit(_Envelope):
     offsets: Offsets
+    # Before the table exists, a START sent while the previous txn's commit creates the table carries that
+    # table's Arrow schema (base64 IPC, participant.convert.schema_to_text): participants convert into it as
+    # they would into the table's, instead of inferring a schema that commit may not accept.
+    schema: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,10 @@ def _str(value: object) -> str:
     return value
 
 
+def _optional_str(value: object) -> str | None:
+    return None if value is None else _str(value)
+
+
 def _count(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -268,4 +276,5 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "offsets": _decode_offsets,
     "files": _decode_files,
     "payload": _object,
+    "schema": _optional_str,
 }

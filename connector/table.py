@@ -326,6 +326,13 @@ class DeltaTableSink:
                 raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
             raise
 
+    def staged_schema(self, statuses: tuple[WriteStatus, ...]) -> pa.Schema | None:
+        """The schema the commit of `statuses` gives a table that does not exist yet (None: no rows)."""
+        from participant.convert import unify
+
+        paths = [f.path for s in statuses for f in s.files if f.rows > 0]
+        return unify([pq.read_schema(p) for p in paths]) if paths else None
+
     def _spark(self):
         if self.spark_factory is None:
             raise CommitError("this DeltaTableSink has no Spark session factory: only the coordinator commits")

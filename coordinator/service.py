@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka.admin import AdminClient
 
@@ -23,6 +23,7 @@ from connector.metrics import Metrics
 from connector.table import CommitResult, DeltaTableSink
 from connector.watermarks import lag, list_offsets
 from coordinator.state import Commit, CoordinatorState, Effect, Send
+from participant.convert import schema_to_text
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,6 @@ class CoordinatorService:
     def step(self, timeout_s: float = 0.1) -> None:
         if self._spark_error is not None:
             raise self._spark_error
-        self.state.pipeline = self._table_known
         effects: list[Effect] = []
         channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
         for msg in self._channel.poll(timeout_s):
@@ -178,6 +178,7 @@ class CoordinatorService:
             effect = queue.pop(0)
             if isinstance(effect, Send):
                 if isinstance(effect.message, StartCommit):
+                    effect = self._with_new_table_schema(effect, queue)
                     self._txn_started[(effect.message.epoch, effect.message.txn)] = time.monotonic()
                     for key in sorted(self._txn_started)[:-2]:
                         del self._txn_started[key]
@@ -188,6 +189,15 @@ class CoordinatorService:
                 fault_point(_SENT_STEPS.get(type(effect.message), ""))
             elif isinstance(effect, Commit):
                 queue.extend(self._commit(effect))
+
+    def _with_new_table_schema(self, start: Send, queue: list[Effect]) -> Send:
+        """A START sent before the commit that creates the table (pipelined) carries the schema that commit
+        gives the table, so participants convert the next txn's records as they will once the table exists."""
+        pending = next((e for e in queue if isinstance(e, Commit)), None)
+        if self._table_known or pending is None:
+            return start
+        schema = self.sink.staged_schema(pending.statuses)
+        return start if schema is None else Send(replace(start.message, schema=schema_to_text(schema)))
 
     def _commit(self, c: Commit) -> list[Effect]:
         started = time.monotonic()

@@ -81,8 +81,8 @@ class CoordinatorState:
         self._received: dict[TopicPartition, WriteStatus] = {}
         self._deadline: Deadline | None = None
         self._committing: Commit | None = None  # the previous txn's Commit, outstanding while this txn consumes
-        # START the next txn before the commit of this one (pipelined). The runtime turns it off until the table
-        # exists, so that participants learn the table's schema (from the ACK) before they consume again.
+        # START the next txn before the commit of this one (pipelined). Off, the next START follows the ACK: a
+        # runtime that cannot tell participants a new table's schema before its first commit would turn it off.
         self.pipeline = True
         self._stats: Counter[str] = Counter()
 

@@ -15,6 +15,7 @@ their file groups with `unify` (permissive: int64 + double -> double) and `confo
 """
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.json as pj
 
 from connector.errors import ConfigError, LakesinkError
@@ -86,6 +88,18 @@ class ConvertResult:
 
 
 # --- schemas -------------------------------------------------------------------------------------------
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text for a control message (base64 of its IPC form)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise LakesinkError(f"not an Arrow schema in a control message: {exc}") from None
 
 
 def unify(schemas: list[pa.Schema]) -> pa.Schema:

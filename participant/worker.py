@@ -26,7 +26,7 @@ from connector.faults import fault_point
 from connector.messages import AckCommit, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
 from connector.table import DeltaTableSink, staging_root, txn_tag
-from participant.convert import Converter, RecordFailure
+from participant.convert import Converter, RecordFailure, schema_from_text
 from participant.filegroup import FileGroupWriter
 from participant.state import (
     CommitConsumerOffset,
@@ -172,6 +172,8 @@ class Worker:
             if self._latest_start is None or (msg.epoch, msg.txn) > (self._latest_start.epoch, self._latest_start.txn):
                 self._latest_start = msg
                 logs.bind(epoch=msg.epoch, txn=msg.txn)
+                if self._converter_schema_version == -1:  # no table yet: the schema its first commit gives it
+                    self._set_table_schema(schema_from_text(msg.schema) if msg.schema else None)
         elif isinstance(msg, EndCommit) and self._latest_start is not None \
                 and (msg.epoch, msg.txn) == (self._latest_start.epoch, self._latest_start.txn):
             self._latest_start = None  # too late to join that txn: new partitions wait for the next START
@@ -421,8 +423,11 @@ class Worker:
         schema = self._table.arrow_schema()
         if schema is None:
             return
-        data_fields = [f for f in schema if f.name not in META_COLUMNS]
+        self._set_table_schema(schema)
+        self._converter_schema_version = self._table.table_version() if table_version is None else table_version
+
+    def _set_table_schema(self, schema) -> None:
         import pyarrow as pa
 
-        self._converter.set_schema(pa.schema(data_fields))
-        self._converter_schema_version = self._table.table_version() if table_version is None else table_version
+        self._converter.set_schema(None if schema is None else pa.schema([f for f in schema
+                                                                          if f.name not in META_COLUMNS]))

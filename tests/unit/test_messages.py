@@ -262,3 +262,29 @@ def test_decode_of_a_mangled_field_never_raises_anything_else(msg: Message, fiel
         decode(_bytes(body))
     except DecodeError:
         pass
+
+
+def test_a_start_without_schema_decodes_as_one_with_none_and_a_bad_schema_is_refused() -> None:
+    with_schema = StartCommit("sink", 3, 8, OFFSETS, schema="QUJD")
+    assert decode(encode(with_schema)) == with_schema
+    body = _body(StartCommit("sink", 1, 2, OFFSETS))
+    del body["schema"]
+    assert decode(_bytes(body)).schema is None
+    body["schema"] = 5
+    with pytest.raises(DecodeError, match="schema"):
+        decode(_bytes(body))
+
+
+def test_an_arrow_schema_travels_as_text() -> None:
+    import pyarrow as pa
+
+    from connector.errors import LakesinkError
+    from participant.convert import schema_from_text, schema_to_text
+
+    schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", "UTC")),
+                        ("tags", pa.list_(pa.string())), ("where", pa.struct([("city", pa.string())]))])
+    text = schema_to_text(schema)
+    assert schema_from_text(text).equals(schema)
+    assert decode(encode(StartCommit("sink", 1, 2, OFFSETS, schema=text))).schema == text
+    with pytest.raises(LakesinkError, match="not an Arrow schema"):
+        schema_from_text("not base64!")
