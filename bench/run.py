@@ -400,12 +400,17 @@ class Bench:
     def records(self) -> int:
         return self.args.records
 
-    def spark_conf(self, name: str) -> dict[str, str]:
+    def spark_conf(self, name: str, java_options: str = "") -> dict[str, str]:
+        """Spark's scratch space in the work directory. `java_options` go before the tmpdir option: lakesink
+        keeps its default driver options (connector.spark.DRIVER_JAVA_OPTIONS), SSS runs with Spark's own."""
         local = self.work / f"spark-{name}"
         (local / "tmp").mkdir(parents=True, exist_ok=True)
-        return {"spark.local.dir": str(local), "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local / 'tmp'}"}
+        return {"spark.local.dir": str(local),
+                "spark.driver.extraJavaOptions": f"{java_options} -Djava.io.tmpdir={local / 'tmp'}".strip()}
 
     def lakesink_config(self, name: str, topic: str) -> Path:
+        from connector.spark import DRIVER_JAVA_OPTIONS
+
         settings = {
             "name": name,
             "kafka.bootstrap.servers": self.bootstrap,
@@ -416,7 +421,7 @@ class Bench:
             "transaction.interval.ms": str(self.args.txn_interval_ms),
             "flush.size": str(self.args.flush_size),
             "spark.master": self.args.spark_master,
-            **self.spark_conf(name),
+            **self.spark_conf(name, DRIVER_JAVA_OPTIONS),
         }
         path = self.work / f"{name}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))

@@ -31,12 +31,10 @@ def chaos_config(tmp_path: Path, bootstrap: str, topic: str, **extra) -> Path:
         "consumer.heartbeat.interval.ms": 1000,
         "flush.size": 400,  # several staged files per partition and txn
         "shutdown.timeout.ms": 15000,
-        # Small tables: one task per Delta snapshot/shuffle stage and a quick-starting JIT cut a coordinator's
-        # start-up and first commit from ~60 s to ~15 s on two busy cores.
+        # Small tables: one task per Delta snapshot/shuffle stage (the quick-starting JIT is a product default).
         "spark.sql.shuffle.partitions": 1,
         "spark.default.parallelism": 1,
         "spark.databricks.delta.snapshotPartitions": 1,
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     settings.update(extra)
     return pipeline_config(tmp_path, bootstrap, topic, **settings)
