@@ -73,7 +73,7 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     committed: dict = {}
     table: dict[str, Any] = {"exists": False}
     try:
-        rec = sink.committed()
+        rec = sink.recover()  # read-only
         committed = rec.offsets
         table = {"exists": rec.table_version is not None, "delta_version": rec.table_version,
                  "txn_version": rec.version, "epoch": split_version(rec.version)[0] if rec.version is not None else None,

@@ -172,20 +172,6 @@ class DeltaTableSink:
             last = txn
         return None
 
-    def committed(self) -> Recovered:
-        """What `recover` returns, read-only: for status and other observers, which must never drop manifests."""
-        dt = self._delta()
-        if dt is None:
-            return Recovered(None, {}, None)
-        version = dt.transaction_version(self.app_id)
-        if version is None:
-            return Recovered(None, {}, dt.version())
-        manifest = self.read_manifest(version)
-        if manifest is None:
-            raise CommitError(f"table {self.table_path} records lakesink txn version {version} for connector "
-                              f"{self.app_id!r} but its manifest {self._manifest_path(version)} is missing")
-        return Recovered(version, _decode_offsets(manifest["offsets"]), dt.version())
-
     def _manifest_path(self, version: int) -> Path:
         return self.manifests_dir / f"{version:020d}.json"
 
