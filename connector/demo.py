@@ -98,7 +98,7 @@ def _summarise(coordinator, table_path: str, records: int) -> int:
     for c in coordinator.stats.commits:
         print(f"  txn {c.txn} (epoch {c.epoch}): {c.rows} rows, {c.files} files -> table version {c.table_version}")
     df.groupBy("kind").count().orderBy("kind").show()
-    DeltaTable.forPath(spark, table_path).history().select("version", "operation", "operationMetrics.numOutputRows") \
+    DeltaTable.forPath(spark, table_path).history().select("version", "operation", "userMetadata") \
         .orderBy("version").show(truncate=False)
     ok = rows == records == distinct
     print("exactly once: every produced record is in the table once" if ok else "MISMATCH: see the figures above")
