@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from connector.errors import CommitError
+from participant.filegroup import ROW_GROUP_ROWS
 
 INDEXED_COLUMNS = 32
 """Delta's default `delta.dataSkippingNumIndexedCols`: statistics for the first 32 columns."""
@@ -119,7 +120,7 @@ def _split(source: Path, table: Path, stem: str, partition_by: tuple[str, ...], 
         target = table / directory / f"{stem}-{k:04d}.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.tmp")
-        pq.write_table(part, temporary, row_group_size=128 * 1024, write_statistics=True)
+        pq.write_table(part, temporary, row_group_size=ROW_GROUP_ROWS, write_statistics=True)
         os.replace(temporary, target)
         out.append(_data_file(table, target, values))
     return out

@@ -287,11 +287,8 @@ class DeltaTableSink:
                 self.table_path, self.app_id, version, adds, partition_by=self.partition_by,
                 schema=schema if (table_schema is None or self.schema_evolution) else None,
                 expect_new_table=expect_new_table, user_metadata=user_metadata)
-        except TableExistsError as exc:
-            raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
         except Exception as exc:  # noqa: BLE001 - py4j raises the JVM's errors
-            if expect_new_table and ("already exists" in _short(exc) or "ConcurrentWrite" in _short(exc)):
-                raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
+            self._raise_if_created_by_another(exc, expect_new_table)
             raise
 
     def _append_with_spark(self, spark, version: int, paths: list[str], schema: pa.Schema, expect_new_table: bool,
@@ -308,16 +305,21 @@ class DeltaTableSink:
         try:
             writer.save(self.table_path)
         except Exception as exc:  # noqa: BLE001
-            if expect_new_table and ("already exists" in str(exc) or "ConcurrentWrite" in str(exc)):
-                raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
+            self._raise_if_created_by_another(exc, expect_new_table)
             raise
+
+    def _raise_if_created_by_another(self, exc: Exception, expect_new_table: bool) -> None:
+        """The commit that was to create the table lost the race to another writer's: FencedError, so that
+        the coordinator recovers again under a new epoch."""
+        text = str(exc)
+        if isinstance(exc, TableExistsError) or (
+                expect_new_table and ("already exists" in text or "ConcurrentWrite" in text)):
+            raise FencedError(f"another coordinator created {self.table_path} first; recovering again") from exc
 
     def staged_schema(self, statuses: tuple[WriteStatus, ...]) -> pa.Schema | None:
         """The schema the commit of `statuses` gives a table that does not exist yet (None: no rows)."""
-        from participant.convert import unify
-
         paths = [f.path for s in statuses for f in s.files if f.rows > 0]
-        return unify([pq.read_schema(p) for p in paths]) if paths else None
+        return _target_schema([pq.read_schema(p) for p in paths], None, self.schema_evolution) if paths else None
 
     def _spark(self):
         if self.spark_factory is None:
@@ -379,15 +381,10 @@ class DeltaTableSink:
 def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
     """One schema for all staged files: the table's (grown when evolving) or, for a new table, the unified
     schema of the files. A file whose schema differs is rewritten conformed, in place, atomically."""
-    from participant.convert import conform, unify
+    from participant.convert import conform
 
     schemas = [pq.read_schema(p) for p in paths]
-    if table_schema is None:
-        target = unify(schemas)
-    elif evolve:
-        target = unify([table_schema, *schemas])
-    else:
-        target = table_schema
+    target = _target_schema(schemas, table_schema, evolve)
     for path, schema in zip(paths, schemas):
         if not schema.equals(target, check_metadata=False):
             log.debug("conforming staged file %s to the table schema", path)
@@ -396,6 +393,16 @@ def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: boo
             pq.write_table(table, tmp)
             os.replace(tmp, path)
     return target
+
+
+def _target_schema(schemas: list[pa.Schema], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
+    """The table's schema after a commit of files with `schemas`: theirs unified for a new table, the table's
+    grown by them when evolving, else the table's."""
+    from participant.convert import unify
+
+    if table_schema is None:
+        return unify(schemas)
+    return unify([table_schema, *schemas]) if evolve else table_schema
 
 
 def _spark_schema(spark, schema: pa.Schema | None):
@@ -417,12 +424,12 @@ def _decode_offsets(items: list[dict]) -> Offsets:
 def _short(exc: BaseException) -> str:
     """The first line of an error; for a JVM error, its Java class and message (py4j's own first line names
     only the call that failed)."""
+    text = str(exc)
     java = getattr(exc, "java_exception", None)
     if java is not None:
         try:
-            text = f"{java.getClass().getName()}: {java.getMessage()}".strip().splitlines()
-        except Exception:  # noqa: BLE001 - the JVM is gone
-            text = str(exc).strip().splitlines()
-    else:
-        text = str(exc).strip().splitlines()
-    return text[0][:500] if text else type(exc).__name__
+            text = f"{java.getClass().getName()}: {java.getMessage()}"
+        except Exception:  # noqa: BLE001 - the JVM is gone: py4j's text
+            pass
+    lines = text.strip().splitlines()
+    return lines[0][:500] if lines else type(exc).__name__
