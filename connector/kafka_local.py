@@ -54,6 +54,18 @@ def port_in_use(port: int) -> bool:
     return False
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka makes one: a UUID in URL-safe base64 without padding, drawn again while it
+    is one of the two ids Kafka reserves (all zeros, and 1 for the metadata topic) or starts with `-` (a command
+    line would read such an id as an option)."""
+    reserved = (bytes(16), bytes(15) + b"\x01")
+    while True:
+        raw = uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        if raw not in reserved and not text.startswith("-"):
+            return text
+
+
 @dataclass
 class BrokerState:
     pid: int
@@ -69,8 +81,11 @@ class BrokerState:
 class LocalKafka:
     """One broker process. `start()` returns once it answers; `stop()` ends it (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, data_dir: Path, port: int = 0, heap: str = "512m", startup_timeout_s: float = 90.0):
+    def __init__(self, data_dir: Path, port: int = 0, heap: str = "512m", startup_timeout_s: float = 90.0,
+                 cluster_id: str | None = None):
+        """`cluster_id`: the id to format a new data directory with (default: a new one, `new_cluster_id()`)."""
         self.data_dir = Path(data_dir)
+        self.cluster_id = cluster_id
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
@@ -130,8 +145,9 @@ class LocalKafka:
             raise SetupError(f"port {self.port} on {HOST} is already in use: stop whatever listens there (a broker from `lakesink kafka start`? run `lakesink kafka stop`) or choose another port with --port.")
         conf = self._write_config()
         if not (self.data_dir / "kraft-logs" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            fmt = subprocess.run(self._java_cmd("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf)),
+            fmt = subprocess.run(self._java_cmd("kafka.tools.StorageTool", "format",
+                                                f"--cluster-id={self.cluster_id or new_cluster_id()}",
+                                                f"--config={conf}"),
                                  capture_output=True, text=True)
             if fmt.returncode != 0:
                 raise SetupError(f"formatting the Kafka data directory {self.data_dir} failed: {(fmt.stdout + fmt.stderr).strip()[-500:]}")
