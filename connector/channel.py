@@ -126,24 +126,27 @@ class ControlChannel:
 
     def open(self, replay_last: int = 0) -> "ControlChannel":
         """Start reading at the end; with `replay_last` > 0 first return this connector's newest START-COMMIT
-        among that many latest messages, unless an END-COMMIT for it followed (a worker joining mid-txn)."""
+        among that many latest messages, followed by its END-COMMIT if one was sent (a worker joining mid-txn, or
+        whose channel opened after the START)."""
         low, high = self._consumer.get_watermark_offsets(self._tp, timeout=30)
         if replay_last > 0 and high > low:
-            self._replay = self._latest_open_start(max(low, high - replay_last), high)
+            self._replay = self._latest_start(max(low, high - replay_last), high)
         self._consumer.assign([TopicPartition(self.topic, 0, high if high >= 0 else OFFSET_END)])
         return self
 
-    def _latest_open_start(self, start: int, end: int) -> list[Message]:
+    def _latest_start(self, start: int, end: int) -> list[Message]:
         self._consumer.assign([TopicPartition(self.topic, 0, start)])
-        latest: StartCommit | None = None
+        latest: list[Message] = []
         for raw in _read_range(self._consumer, start, end, 2.0):
             msg = self._decode(raw.value())
+            if msg is None or msg.connector != self.connector:
+                continue
             if isinstance(msg, StartCommit):
-                latest = msg
-            elif isinstance(msg, EndCommit) and latest is not None and (msg.epoch, msg.txn) == (latest.epoch, latest.txn):
-                latest = None
+                latest = [msg]
+            elif isinstance(msg, EndCommit) and latest and (msg.epoch, msg.txn) == (latest[0].epoch, latest[0].txn):
+                latest = [latest[0], msg]
         self._consumer.unassign()
-        return [latest] if latest is not None else []
+        return latest
 
     def send(self, msg: Message, flush: bool = True) -> None:
         if msg.connector != self.connector:

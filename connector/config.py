@@ -41,6 +41,7 @@ _OWNED_BY_LAKESINK = {
     "producer.bootstrap.servers": "kafka.bootstrap.servers",
     "consumer.group.id": "kafka.group.id",
     "consumer.auto.offset.reset": "kafka.auto.offset.reset",
+    "consumer.group.instance.id": "worker.id",
 }
 
 
@@ -137,6 +138,7 @@ def _parse_optional_topic(text: str) -> str | None:
 TEXT = Kind("string", _parse_text)
 BOOL = Kind("bool", _parse_bool)
 NAME = _matching("name", _KAFKA_NAME, "a name of letters, digits, '.', '_' or '-'")
+OPTIONAL_NAME = Kind("name", lambda text: NAME.parse(text) if text else None)
 TOPIC = _matching("topic", _KAFKA_NAME, "a Kafka topic name of letters, digits, '.', '_' or '-'")
 TOPICS = Kind("list of topics", _parse_topics)
 OPTIONAL_TOPIC = Kind("topic", _parse_optional_topic)
@@ -175,6 +177,19 @@ class LakesinkConfig(BaseModel):
         OffsetReset,
         Key(_choice(get_args(OffsetReset)), "Where a partition with no committed offset in the table starts."),
     ] = "earliest"
+
+    worker_id: Annotated[
+        str | None,
+        Key(
+            OPTIONAL_NAME,
+            "Stable id of a worker process: its consumer `group.instance.id` (static membership: a worker restarted "
+            "after a crash takes its partitions back at once, without a rebalance) and its name on the control "
+            "topic. Give every worker its own; by default n is the lowest slot no live worker of this group on this "
+            "host holds. A worker that stops for good hands its partitions on after `consumer.session.timeout.ms` "
+            "(10000 unless set).",
+            derived_default="<host>-<n>",
+        ),
+    ] = None
 
     control_topic_name: Annotated[
         str,

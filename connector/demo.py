@@ -58,7 +58,7 @@ def run_demo(records: int, partitions: int, keep_broker: bool = False, timeout_s
             "transaction.interval.ms": "3000", "coordinator.writestatus.timeout.ms": "30000",
             "partition.field.name": "kind",
         })
-        coordinator, worker = CoordinatorService(cfg), Worker(cfg, join_open_txn=False)
+        coordinator, worker = CoordinatorService(cfg), Worker(cfg)
         roles = Roles()
         install_signal_handlers(roles.stop)
         roles.add("coordinator", coordinator.run)

@@ -71,7 +71,10 @@ class StartCommit(_Envelope):
 
 @dataclass(frozen=True)
 class EndCommit(_Envelope):
-    pass
+    # The offsets of the txn's START: a participant that holds one of these partitions but never saw the START
+    # (it joined late, or its control channel opened after the START went out) reports an empty file group at
+    # that offset at once, so the round does not wait for its timeout. None in messages of older versions.
+    offsets: Offsets | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,17 @@ class Progress(_Envelope):
     payload: dict[str, Any]
 
 
-Message: TypeAlias = StartCommit | EndCommit | WriteStatus | AckCommit | Progress
+@dataclass(frozen=True)
+class Assignment(_Envelope):
+    """A worker's partitions, sent whenever its consumer-group assignment changes (an empty tuple when it stops).
+    `epoch` and `txn` are the newest the worker has seen, for information only: the coordinator takes every
+    assignment, so that it never waits for a partition that no live worker holds."""
+
+    worker: str
+    partitions: tuple[TopicPartition, ...]
+
+
+Message: TypeAlias = StartCommit | EndCommit | WriteStatus | AckCommit | Progress | Assignment
 
 _TYPE_NAMES: dict[type, str] = {
     StartCommit: "START_COMMIT",
@@ -121,6 +134,7 @@ _TYPE_NAMES: dict[type, str] = {
     WriteStatus: "WRITE_STATUS",
     AckCommit: "ACK_COMMIT",
     Progress: "PROGRESS",
+    Assignment: "ASSIGNMENT",
 }
 _TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in _TYPE_NAMES.items()}
 
@@ -165,6 +179,9 @@ def decode(data: bytes) -> Message:
             if _has_plain_default(f):
                 continue
             raise DecodeError(f"{name} lacks field {f.name!r}")
+        if body[f.name] is None and f.default is None:  # an optional field left empty
+            values[f.name] = None
+            continue
         try:
             values[f.name] = _DECODERS[f.name](body[f.name])
         except DecodeError as e:
@@ -184,12 +201,21 @@ def _encode_offsets(offsets: Offsets) -> list[dict[str, Any]]:
     return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
 
 
+def _encode_optional_offsets(offsets: Offsets | None) -> list[dict[str, Any]] | None:
+    return None if offsets is None else _encode_offsets(offsets)
+
+
+def _encode_partitions(partitions: tuple[TopicPartition, ...]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partition": p} for t, p in sorted(partitions)]
+
+
 def _encode_files(files: tuple[StagedFile, ...]) -> list[dict[str, Any]]:
     return [{"path": f.path, "rows": f.rows, "bytes": f.bytes} for f in files]
 
 
 _ENCODERS: dict[str, Callable[[Any], Any]] = {
-    "offsets": _encode_offsets,
+    "offsets": _encode_optional_offsets,
+    "partitions": _encode_partitions,
     "files": _encode_files,
     "payload": dict,
 }
@@ -249,6 +275,17 @@ def _decode_offsets(value: object) -> Offsets:
     return offsets
 
 
+def _decode_optional_offsets(value: object) -> Offsets | None:
+    return None if value is None else _decode_offsets(value)
+
+
+def _decode_partitions(value: object) -> tuple[TopicPartition, ...]:
+    partitions = [(_member(item, "topic", _str), _member(item, "partition", _count)) for item in _list_of_objects(value)]
+    if len(set(partitions)) != len(partitions):
+        raise DecodeError("a partition is listed twice")
+    return tuple(sorted(partitions))
+
+
 def _decode_files(value: object) -> tuple[StagedFile, ...]:
     return tuple(
         StagedFile(_member(item, "path", _str), _member(item, "rows", _count), _member(item, "bytes", _count))
@@ -274,6 +311,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "table_version": _optional_count,
     "sent_at": _float,
     "offsets": _decode_offsets,
+    "partitions": _decode_partitions,
     "files": _decode_files,
     "payload": _object,
     "schema": _optional_str,

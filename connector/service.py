@@ -118,7 +118,7 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
     if worker:
         from participant.worker import Worker
 
-        roles.add("worker", Worker(cfg, metrics=metrics, join_open_txn=not coordinator).run)
+        roles.add("worker", Worker(cfg, metrics=metrics).run)
     server = MetricsServer(metrics, roles.health, cfg.metrics_port, cfg.metrics_host).start() \
         if cfg.metrics_port > 0 else None
     try:

@@ -19,6 +19,7 @@ from connector.clock import Clock, Deadline
 from connector.errors import ProtocolError
 from connector.messages import (
     AckCommit,
+    Assignment,
     EndCommit,
     Message,
     Offsets,
@@ -80,6 +81,11 @@ class CoordinatorState:
         self._start_offsets: Offsets = {}
         self._received: dict[TopicPartition, WriteStatus] = {}
         self._deadline: Deadline | None = None
+        self._ended_at: float | None = None  # monotonic time of this txn's END, while collecting
+        # worker -> the partitions it last said it holds; a partition some worker once held and none holds now is
+        # not waited for (a revoked or stopped worker's partition: its next owner joins the next txn)
+        self._owners: dict[str, frozenset[TopicPartition]] = {}
+        self._ever_owned: set[TopicPartition] = set()
         self._committing: Commit | None = None  # the previous txn's Commit, outstanding while this txn consumes
         # START the next txn before the commit of this one (pipelined). Off, the next START follows the ACK: a
         # runtime that cannot tell participants a new table's schema before its first commit would turn it off.
@@ -123,6 +129,27 @@ class CoordinatorState:
     def stats(self) -> Counter[str]:
         return self._stats
 
+    @property
+    def unowned(self) -> frozenset[TopicPartition]:
+        """Expected partitions that no live worker holds, as far as the workers' assignments tell."""
+        owned = frozenset().union(*self._owners.values())
+        return frozenset(tp for tp in self._start_offsets if tp in self._ever_owned and tp not in owned)
+
+    @property
+    def waiting_for(self) -> frozenset[TopicPartition]:
+        """The partitions whose write status the current txn still needs (empty unless collecting)."""
+        if self._phase is not Phase.COLLECTING:
+            return frozenset()
+        return frozenset(self._start_offsets) - self._received.keys() - self.unowned
+
+    @property
+    def ended_at(self) -> float | None:
+        """Monotonic time the current txn's END went out, while collecting."""
+        return self._ended_at if self._phase is Phase.COLLECTING else None
+
+    def owner_of(self, tp: TopicPartition) -> str | None:
+        return next((worker for worker, held in sorted(self._owners.items()) if tp in held), None)
+
     def begin(self, epoch: int, offsets: Offsets, next_txn: int = 1) -> list[Effect]:
         """Start transacting as `epoch`, which the runtime has claimed in the table it read `offsets` from."""
         if epoch <= self._epoch:
@@ -149,6 +176,8 @@ class CoordinatorState:
         return []
 
     def on_message(self, msg: Message) -> list[Effect]:
+        if isinstance(msg, Assignment) and msg.connector == self._connector and self._phase is not Phase.FENCED:
+            return self._on_assignment(msg)
         reason = self._ignore_reason(msg)
         if reason is not None:
             self._stats[reason] += 1
@@ -193,6 +222,15 @@ class CoordinatorState:
         self._stats["commit_failed"] += 1
         return self._restart_after(commit)
 
+    def _on_assignment(self, msg: Assignment) -> list[Effect]:
+        """Any epoch's: a worker's assignment is a fact about the consumer group, not about a txn."""
+        self._owners[msg.worker] = frozenset(msg.partitions)
+        self._ever_owned.update(msg.partitions)
+        self._stats["assignment"] += 1
+        if self._phase is Phase.COLLECTING:
+            return self._commit_if_complete()
+        return []
+
     def _ignore_reason(self, msg: Message) -> str | None:
         if msg.connector != self._connector:
             return "other_connector"
@@ -234,12 +272,17 @@ class CoordinatorState:
     def _end(self) -> list[Effect]:
         self._phase = Phase.COLLECTING
         self._deadline = Deadline.after(self._clock, self._timeout_s)
-        end = EndCommit(self._connector, self._epoch, self._txn, sent_at=self._clock.wall())
+        self._ended_at = self._clock.monotonic()
+        end = EndCommit(self._connector, self._epoch, self._txn, offsets=dict(self._start_offsets),
+                        sent_at=self._clock.wall())
         return [Send(end), *self._commit_if_complete()]
 
     def _commit_if_complete(self) -> list[Effect]:
-        if self._received.keys() != self._start_offsets.keys():
+        """Commit once every expected partition has reported, or is held by no live worker (its offset stays)."""
+        if self.waiting_for or (self._committing is not None and self._committing.txn == self._txn):
             return []
+        skipped = frozenset(self._start_offsets) - self._received.keys()
+        self._stats["partitions_not_held"] += len(skipped)
         offsets = dict(self._committed)
         for tp, status in self._received.items():
             if status.next_offset is not None:

@@ -147,6 +147,8 @@ class ParticipantState:
             return self._ignore("older_epoch")
         if isinstance(msg, AckCommit) and msg.epoch == self._epoch and self._txn is not None and msg.txn < self._txn:
             return self._on_older_ack(msg)
+        if isinstance(msg, EndCommit) and self._joins_late(msg):
+            return self._on_late_end(msg)
         if msg.epoch != self._epoch or msg.txn != self._txn:
             return self._ignore("other_txn")
         if not self._in_txn:
@@ -207,14 +209,7 @@ class ParticipantState:
                 return self._ignore("older_epoch")
             if start.epoch == self._epoch and start.txn <= self._txn:
                 return self._ignore("duplicate_start" if start.txn == self._txn else "stale_start")
-        pause: list[Effect] = [Pause()] if self._phase is Phase.CONSUMING else []
-        discard: list[Effect]
-        if self._phase is Phase.WAITING_ACK:
-            # Reported: the coordinator may be committing that file group right now (pipelined txns).
-            discard = [Forget()]
-        else:
-            discard = [] if self._phase is Phase.PAUSED else [Discard()]
-            self._stats["txn_discarded"] += len(discard)
+        leave = self._leave_txn()
         self._epoch, self._txn = start.epoch, start.txn
         self._first_offset = None
         self._last_status = None
@@ -222,13 +217,45 @@ class ParticipantState:
         if not self._in_txn:
             self._start_offset = None
             self._phase = Phase.PAUSED
-            return pause + discard
+            return leave
         offset = start.offsets[self._tp]
         seek: list[Effect] = [] if self._position_known and self._position == offset else [Seek(offset)]
         self._position, self._position_known = offset, True
         self._start_offset = offset
         self._phase = Phase.CONSUMING
-        return discard + seek + [Resume()]
+        return [e for e in leave if not isinstance(e, Pause)] + seek + [Resume()]
+
+    def _joins_late(self, end: EndCommit) -> bool:
+        """An END of a txn newer than any this machine took part in, naming this partition: its START was missed
+        (the partition was assigned after it, or the control channel opened after it)."""
+        if end.offsets is None or self._tp not in end.offsets:
+            return False
+        return self._epoch is None or self._txn is None or (end.epoch, end.txn) > (self._epoch, self._txn)
+
+    def _on_late_end(self, end: EndCommit) -> list[Effect]:
+        """Report an empty file group at the START's offset for the missed txn, at once: the round completes
+        instead of waiting for its timeout, and this partition joins the next txn from where it was."""
+        leave = self._leave_txn()
+        self._stats["joined_at_end"] += 1
+        offset = end.offsets[self._tp]  # type: ignore[index] - _joins_late checked it
+        self._epoch, self._txn, self._in_txn = end.epoch, end.txn, True
+        self._start_offset = self._position = offset
+        self._position_known = False  # the consumer was never moved there: the next START seeks
+        self._first_offset = None
+        self._last_status = None
+        self._phase = Phase.FLUSHING
+        return [*leave, Flush(end.epoch, end.txn)]
+
+    def _leave_txn(self) -> list[Effect]:
+        """Stop taking part in the current txn: pause, and drop its file group (or only forget a reported one)."""
+        effects: list[Effect] = [Pause()] if self._phase is Phase.CONSUMING else []
+        if self._phase is Phase.WAITING_ACK:
+            # Reported: the coordinator may be committing that file group right now (pipelined txns).
+            effects.append(Forget())
+        elif self._phase is not Phase.PAUSED:
+            effects.append(Discard())
+            self._stats["txn_discarded"] += 1
+        return effects
 
     def _on_end(self) -> list[Effect]:
         if self._phase is Phase.CONSUMING and self._epoch is not None and self._txn is not None:

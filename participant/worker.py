@@ -8,26 +8,25 @@ covers their offsets is sent, or stop the worker (errors.tolerance=none) without
 from __future__ import annotations
 
 import logging
-import socket
 import threading
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 
 from connector import logs
 from connector.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
-from connector.errors import RecordError
+from connector.errors import RecordError, SetupError
 from connector.faults import fault_point
-from connector.messages import AckCommit, EndCommit, Message, StartCommit
+from connector.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
 from connector.table import DeltaTableSink, staging_root, txn_tag
 from participant.convert import Converter, RecordFailure, schema_from_text
 from participant.filegroup import FileGroupWriter
+from participant.membership import WorkerIdentity
 from participant.state import (
     CommitConsumerOffset,
     Discard,
@@ -52,6 +51,11 @@ CHANNEL_IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 
 META_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 _NO_SEEK = object()
+REPLAY_LAST = 1000
+"""How many of the control topic's newest messages a starting worker reads for the newest START (and its END)."""
+SESSION_TIMEOUT_MS = "10000"
+"""The consumer's session.timeout.ms unless consumer.session.timeout.ms is set: how long the partitions of a worker
+that stopped for good wait for it (static members do not leave their group when they close)."""
 
 
 @dataclass
@@ -84,18 +88,19 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, cfg: LakesinkConfig, worker_id: str | None = None, clock: Clock | None = None,
-                 batch_size: int = 20_000, metrics: Metrics | None = None, join_open_txn: bool = True):
-        """`join_open_txn`: on start, join the newest START still open on the control topic. Off when the
-        coordinator runs in this same process: its START is the only one worth joining after a restart."""
+                 batch_size: int = 20_000, metrics: Metrics | None = None):
+        """`worker_id`: the stable id (default: `worker.id`, else a host slot claimed in `open`)."""
         self.cfg = cfg
-        self.join_open_txn = join_open_txn
         self.metrics = metrics or Metrics()
-        self.worker_id = worker_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        self.worker_id = worker_id or cfg.worker_id
+        self._identity: WorkerIdentity | None = None
         self.clock = clock or SystemClock()
         self.batch_size = batch_size
         self.stats = WorkerStats()
         self.runners: dict[tuple[str, int], PartitionRunner] = {}
         self._latest_start: StartCommit | None = None
+        self._latest_end: EndCommit | None = None
+        self._announced: tuple | None = None  # (epoch, partitions) of the last Assignment sent
         self._table = DeltaTableSink(cfg.table_path, cfg.name)
         self._converter_schema_version: int | None = -1
         self._channel: ControlChannel | None = None
@@ -107,12 +112,20 @@ class Worker:
 
     def open(self) -> "Worker":
         cfg = self.cfg
+        if self.worker_id is None:
+            self._identity = WorkerIdentity.claim(cfg.kafka_group_id)
+            self.worker_id = self._identity.worker_id
+        fault_point("participant.before-control-open")
+        # The newest START still open when this worker starts, and its END if one followed, are replayed: a worker
+        # whose channel opens after a START (a restart, a slow start beside the coordinator) still takes part.
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name,
                                        f"worker {self.worker_id}", dict(cfg.producer_overrides),
-                                       dict(cfg.consumer_overrides)).open(replay_last=1000 if self.join_open_txn else 0)
+                                       dict(cfg.consumer_overrides)).open(replay_last=REPLAY_LAST)
         self._consumer = Consumer({
             "bootstrap.servers": cfg.kafka_bootstrap_servers,
             "group.id": cfg.kafka_group_id,
+            "group.instance.id": self.worker_id,
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
             "client.id": f"lakesink-{self.worker_id}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -139,10 +152,15 @@ class Worker:
             self._consumer.close()
             self._consumer = None
         if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+            try:
+                self._announce(force=True)  # holds nothing now: the coordinator need not wait for these partitions
+            finally:
+                self._channel.close()
+                self._channel = None
         if self._dlq is not None:
             self._dlq.flush(10)
+        if self._identity is not None:
+            self._identity.release()
 
     def run(self, stop: threading.Event) -> None:
         self.open()
@@ -160,6 +178,7 @@ class Worker:
         self.metrics.count_ignored("worker", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
         self._retry_seeks()
         self._consume(consume_timeout_s)
+        self._announce()
         if self.metrics.lag_due():
             self._update_lag()
         self.metrics.beat("worker")
@@ -169,14 +188,13 @@ class Worker:
     def _on_control(self, msg: Message) -> None:
         if isinstance(msg, StartCommit):
             fault_point("participant.after-start-received")
-            if self._latest_start is None or (msg.epoch, msg.txn) > (self._latest_start.epoch, self._latest_start.txn):
+            if _newer(msg, self._latest_start):
                 self._latest_start = msg
                 logs.bind(epoch=msg.epoch, txn=msg.txn)
                 if self._converter_schema_version == -1:  # no table yet: the schema its first commit gives it
                     self._set_table_schema(schema_from_text(msg.schema) if msg.schema else None)
-        elif isinstance(msg, EndCommit) and self._latest_start is not None \
-                and (msg.epoch, msg.txn) == (self._latest_start.epoch, self._latest_start.txn):
-            self._latest_start = None  # too late to join that txn: new partitions wait for the next START
+        elif isinstance(msg, EndCommit) and _newer(msg, self._latest_end):
+            self._latest_end = msg
         if isinstance(msg, AckCommit) and msg.table_version is not None:
             self._refresh_schema(msg.table_version)
             self.metrics.table_version.set(msg.table_version)
@@ -212,6 +230,7 @@ class Worker:
             elif isinstance(effect, Discard):
                 self.metrics.offset_commit_skips.inc()
                 runner.pending_failures = []
+                runner.failed = runner.dead_lettered = 0
                 if runner.writer is not None:
                     runner.writer.discard()
                     runner.writer = None
@@ -219,6 +238,7 @@ class Worker:
                 # A reported file group (a START of the next txn while waiting for the ACK): the coordinator may
                 # be committing it right now, so its files stay; its staging is removed after a later commit.
                 runner.pending_failures = []
+                runner.failed = runner.dead_lettered = 0
                 runner.writer = None
             elif isinstance(effect, Flush):
                 fault_point("participant.after-end-received")
@@ -290,6 +310,7 @@ class Worker:
         grouped: dict[tuple[str, int], list] = defaultdict(list)
         for m in batch:
             if m.error() is not None:
+                _raise_if_fatal(m.error(), self.worker_id, self.cfg.kafka_group_id)
                 log.warning("consume error: %s", m.error())
                 continue
             grouped[(m.topic(), m.partition())].append(m)
@@ -383,8 +404,12 @@ class Worker:
     # --- rebalances ----------------------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
+        """New partitions join the newest txn: from its START's offset, or, when that txn has already ENDed, with
+        an empty file group at once (the round must not wait for a partition that changed hands)."""
         self.stats.rebalances += 1
-        start = self._latest_start
+        start, end = self._latest_start, self._latest_end
+        if end is not None and not _newer(start, end):
+            start = None  # that txn has ENDed: no seek, no consuming, only the empty report below
         for tp in partitions:
             key = (tp.topic, tp.partition)
             if start is not None and key in start.offsets:
@@ -396,12 +421,14 @@ class Worker:
         consumer.assign(partitions)
         consumer.pause(partitions)
         log.info("worker %s assigned %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
-        if start is not None:
-            for tp in partitions:
-                runner = self.runners[(tp.topic, tp.partition)]
+        for tp in partitions:
+            runner = self.runners[(tp.topic, tp.partition)]
+            if start is not None:
                 if tp.offset >= 0:
                     runner.delivered_next = tp.offset
                 self._apply(runner, runner.state.on_message(start))
+            elif end is not None:
+                self._apply(runner, runner.state.on_message(end))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
         for tp in partitions:
@@ -410,6 +437,18 @@ class Worker:
             if runner is not None and runner.writer is not None and runner.state.phase is not Phase.WAITING_ACK:
                 runner.writer.discard()
         log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
+
+    def _announce(self, force: bool = False) -> None:
+        """Tell the coordinator which partitions this worker holds, whenever that changes and once per epoch."""
+        if not force and self.stats.rebalances == 0:
+            return  # nothing to tell before the group's first assignment
+        partitions = tuple(sorted(self.runners))
+        epoch = self._latest_start.epoch if self._latest_start is not None else 0
+        if not force and self._announced == (epoch, partitions):
+            return
+        txn = self._latest_start.txn if self._latest_start is not None else 0
+        self._channel.send(Assignment(self.cfg.name, epoch, txn, worker=self.worker_id, partitions=partitions))
+        self._announced = (epoch, partitions)
 
     # --- schema --------------------------------------------------------------------------------------------
 
@@ -431,3 +470,18 @@ class Worker:
 
         self._converter.set_schema(None if schema is None else pa.schema([f for f in schema
                                                                           if f.name not in META_COLUMNS]))
+
+
+def _newer(msg: Message | None, than: Message | None) -> bool:
+    """`msg` is of a later (epoch, txn) than `than` (anything is later than None; None is later than nothing)."""
+    if msg is None:
+        return False
+    return than is None or (msg.epoch, msg.txn) > (than.epoch, than.txn)
+
+
+def _raise_if_fatal(error: KafkaError, worker_id: str, group: str) -> None:
+    if error.code() == KafkaError.FENCED_INSTANCE_ID:
+        raise SetupError(f"another worker of consumer group {group} uses worker.id {worker_id!r} and took its place: "
+                         f"give every worker its own worker.id")
+    if error.fatal():
+        raise SetupError(f"the consumer of worker {worker_id} failed: {error.str()}")

@@ -111,18 +111,22 @@ def test_two_participants_and_a_coordinator_complete_three_transactions(kafka_bo
         ch.close()
 
 
-def test_a_joining_worker_replays_only_the_newest_open_start(kafka_bootstrap):
+def test_a_joining_worker_replays_the_newest_start_and_its_end(kafka_bootstrap):
     topic = f"control-{uuid.uuid4().hex[:8]}"
     coord = _channel(kafka_bootstrap, topic, "a", "coordinator")
     coord.send(StartCommit("a", 1, 1, {("t", 0): None}))
-    coord.send(EndCommit("a", 1, 1))
+    coord.send(EndCommit("a", 1, 1, offsets={("t", 0): None}))
     coord.send(StartCommit("a", 1, 2, {("t", 0): 5}))
+    coord.send(StartCommit("b", 1, 9, {("t", 0): 7}))  # another connector's, on the same topic
     joined = ControlChannel(kafka_bootstrap, topic, "a", "worker").open(replay_last=100)
     replayed = joined.poll(0.1)
     assert [(type(m).__name__, m.txn) for m in replayed] == [("StartCommit", 2)]
     assert replayed[0].offsets == {("t", 0): 5}
-    coord.send(EndCommit("a", 1, 2))
+    coord.send(EndCommit("a", 1, 2, offsets={("t", 0): 5}))
     late = ControlChannel(kafka_bootstrap, topic, "a", "worker").open(replay_last=100)
-    assert late.poll(0.5) == [], "a START whose END already went out is too late to join"
+    replayed = late.poll(0.5)
+    assert [(type(m).__name__, m.txn) for m in replayed] == [("StartCommit", 2), ("EndCommit", 2)], \
+        "a worker that starts after the END still learns of that txn, so it can report at once"
+    assert replayed[1].offsets == {("t", 0): 5}
     for ch in (coord, joined, late):
         ch.close()

@@ -4,6 +4,7 @@ from connector.clock import FakeClock
 from connector.errors import ProtocolError
 from connector.messages import (
     AckCommit,
+    Assignment,
     EndCommit,
     Offsets,
     Progress,
@@ -365,3 +366,35 @@ def test_without_pipelining_a_failed_commit_starts_the_next_txn_on_the_table_off
     start = sent(coord.on_commit_failed({P0: 10}))
     assert [(type(m), m.txn) for m in start] == [(StartCommit, 2)]
     assert start[0].offsets == {P0: 10, P1: None}
+
+
+def test_end_carries_the_offsets_of_its_start() -> None:
+    coord, clock, _ = make()
+    coord.begin(1, {P0: 10})
+    clock.advance(INTERVAL_MS / 1000)
+    [end] = sent(coord.tick())
+    assert isinstance(end, EndCommit) and end.offsets == {P0: 10, P1: None}
+
+
+def test_a_partition_no_live_worker_holds_is_not_waited_for() -> None:
+    coord, clock, _ = make()
+    assign = lambda worker, *tps: Assignment("sink", 0, 0, worker=worker, partitions=tps)  # noqa: E731
+    coord.on_message(assign("w1", P0))
+    coord.on_message(assign("w2", P1))
+    coord.begin(1, {P0: 10, P1: 20})
+    clock.advance(INTERVAL_MS / 1000)
+    coord.tick()
+    assert coord.on_message(status(P0, 10, 15)) == []
+    assert coord.waiting_for == {P1} and coord.owner_of(P1) == "w2"
+    effects = coord.on_message(assign("w2"))  # w2 stops (or loses P1): the round ends with what is in
+    [commit] = [e for e in effects if isinstance(e, Commit)]
+    assert commit.offsets == {P0: 15, P1: 20} and [s.topic_partition for s in commit.statuses] == [P0]
+    assert coord.stats["partitions_not_held"] == 1
+    assert coord.on_message(assign("w3", P1)) == [], "no second Commit for the same txn"
+
+
+def test_a_partition_nobody_has_announced_is_still_waited_for() -> None:
+    coord, _, _ = collecting({P0: 10})
+    assert coord.on_message(Assignment("sink", 0, 0, worker="w1", partitions=(P0,))) == []
+    assert coord.on_message(status(P0, 10, 11)) == []
+    assert coord.waiting_for == {P1}, "P1 was never held by anyone the coordinator heard of: it may be"

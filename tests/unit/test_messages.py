@@ -8,6 +8,7 @@ from connector.errors import ProtocolError
 from connector.messages import (
     SCHEMA_VERSION,
     AckCommit,
+    Assignment,
     DecodeError,
     EndCommit,
     Message,
@@ -50,6 +51,9 @@ SAMPLES: list[Message] = [
     AckCommit("sink", 3, 7, table_version=12, offsets=OFFSETS),
     AckCommit("sink", 3, 8, table_version=None, offsets={}),
     Progress("sink", 3, 7, {"rows": 8, "rate": 1.5, "partitions": [{"p": 0}], "note": "ünïcode"}),
+    Assignment("sink", 3, 7, worker="w-1", partitions=(("orders", 0), ("payments", 0))),
+    Assignment("sink", 0, 0, worker="w-2", partitions=()),
+    EndCommit("sink", 3, 7, offsets=OFFSETS),
 ]
 
 
@@ -78,7 +82,8 @@ def test_wire_format_names_type_and_version_and_lists_offsets() -> None:
     assert body["type"] == "START_COMMIT"
     assert {"topic": "orders", "partition": 1, "offset": None} in body["offsets"]
     assert [_body(m)["type"] for m in SAMPLES[1:]] == [
-        "END_COMMIT", "WRITE_STATUS", "WRITE_STATUS", "ACK_COMMIT", "ACK_COMMIT", "PROGRESS",
+        "END_COMMIT", "WRITE_STATUS", "WRITE_STATUS", "ACK_COMMIT", "ACK_COMMIT", "PROGRESS", "ASSIGNMENT", "ASSIGNMENT",
+        "END_COMMIT",
     ]
 
 
@@ -216,7 +221,7 @@ json_values = st.recursive(
 )
 messages = st.one_of(
     st.builds(StartCommit, **envelope, offsets=offsets),
-    st.builds(EndCommit, **envelope),
+    st.builds(EndCommit, **envelope, offsets=st.none() | offsets),
     st.builds(
         WriteStatus,
         **envelope,
@@ -234,6 +239,8 @@ messages = st.one_of(
     ),
     st.builds(AckCommit, **envelope, table_version=optional_counts, offsets=offsets),
     st.builds(Progress, **envelope, payload=st.dictionaries(st.text(max_size=5), json_values, max_size=4)),
+    st.builds(Assignment, **envelope, worker=names,
+              partitions=st.sets(st.tuples(names, st.integers(0, 500)), max_size=4).map(lambda s: tuple(sorted(s)))),
 )
 
 
@@ -288,3 +295,18 @@ def test_an_arrow_schema_travels_as_text() -> None:
     assert decode(encode(StartCommit("sink", 1, 2, OFFSETS, schema=text))).schema == text
     with pytest.raises(LakesinkError, match="not an Arrow schema"):
         schema_from_text("not base64!")
+
+
+def test_an_end_without_offsets_decodes_as_one_with_none() -> None:
+    """END-COMMITs of earlier versions carry no offsets; they still decode."""
+    body = _body(EndCommit("sink", 3, 7))
+    del body["offsets"]
+    assert decode(_bytes(body)).offsets is None
+    assert decode(encode(EndCommit("sink", 3, 7, offsets={("t", 0): 4}))).offsets == {("t", 0): 4}
+
+
+def test_an_assignment_lists_each_partition_once() -> None:
+    body = _body(Assignment("sink", 1, 1, worker="w", partitions=(("t", 0),)))
+    body["partitions"] = body["partitions"] * 2
+    with pytest.raises(DecodeError, match="listed twice"):
+        decode(_bytes(body))

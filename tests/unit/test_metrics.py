@@ -145,7 +145,7 @@ def test_run_roles_exits_1_when_the_roles_outlive_shutdown_timeout(tmp_path, mon
     exits: list[int] = []
 
     class Hanging:
-        def __init__(self, cfg, metrics=None, join_open_txn=True):
+        def __init__(self, cfg, metrics=None):
             pass
 
         def run(self, stop):
@@ -166,7 +166,7 @@ def test_run_roles_returns_0_on_a_clean_stop_and_serves_health_meanwhile(tmp_pat
     seen: dict = {}
 
     class Quick:
-        def __init__(self, cfg, metrics=None, join_open_txn=True):
+        def __init__(self, cfg, metrics=None):
             self.metrics = metrics
 
         def run(self, stop):

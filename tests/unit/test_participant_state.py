@@ -294,3 +294,32 @@ def test_a_fresh_participant_applies_a_cached_start() -> None:
     assert (send.message.epoch, send.message.txn, send.message.start_offset, send.message.next_offset) == (
         5, 40, 1234, 1240,
     )
+
+
+def test_an_end_of_a_txn_whose_start_was_missed_is_answered_at_once_with_an_empty_file_group() -> None:
+    part = make()
+    late_end = EndCommit("sink", 1, 1, offsets={TP: 10, ("t", 1): 99})
+    assert part.on_message(late_end) == [Flush(1, 1)]
+    [send] = part.on_flushed([], 0, 0)
+    status = send.message
+    assert (status.epoch, status.txn, status.start_offset, status.first_offset, status.next_offset, status.files) \
+        == (1, 1, 10, None, 10, ())
+    assert part.stats["joined_at_end"] == 1
+    assert part.on_message(start(10, txn=2)) == [Forget(), Seek(10), Resume()], "the consumer was never moved there"
+
+
+def test_a_late_end_drops_the_older_txn_in_flight_and_reports_the_newer_one() -> None:
+    part = consuming(10)
+    part.on_records(10, 12)
+    effects = part.on_message(EndCommit("sink", 1, 2, offsets={TP: 10}))
+    assert effects == [Pause(), Discard(), Flush(1, 2)]
+
+
+def test_a_late_end_that_does_not_name_the_partition_or_is_older_is_ignored() -> None:
+    part = make()
+    assert part.on_message(EndCommit("sink", 1, 1, offsets={("t", 1): 4})) == []
+    assert part.on_message(EndCommit("sink", 1, 1)) == [], "an END without offsets (older version) names nothing"
+    part = consuming(10)
+    part.on_message(start(10, epoch=2))
+    assert part.on_message(EndCommit("sink", 1, 5, offsets={TP: 3})) == []
+    assert part.stats["older_epoch"] == 1

@@ -22,7 +22,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from connector.clock import FakeClock
 from connector.messages import (
     AckCommit,
+    Assignment,
     DecodeError,
+    EndCommit,
     Message,
     Offsets,
     StagedFile,
@@ -104,6 +106,8 @@ class SimParticipant:
     buffer: list[int] = field(default_factory=list)
     staged: list[str] = field(default_factory=list)
     cached_start: StartCommit | None = None
+    cached_end: EndCommit | None = None
+    owned: bool = True  # held by a live worker; a revoked partition gets no messages until it is assigned again
 
 
 class ConnectorSimulation(RuleBasedStateMachine):
@@ -236,12 +240,44 @@ class ConnectorSimulation(RuleBasedStateMachine):
 
     @rule(i=partitions, reassigned=st.booleans())
     def restart_participant(self, i: int, reassigned: bool) -> None:
-        cached = self.participants[i].cached_start if reassigned else None
+        old = self.participants[i]
         fresh = self._new_participant(i)
-        fresh.cached_start = cached
+        fresh.owned = old.owned  # a worker holds only what it was assigned, and announces that
         self.participants[i] = fresh
-        if cached is not None:
-            self._run_participant(fresh, fresh.state.on_message(cached))
+        if reassigned and old.owned:
+            self._join(fresh, old.cached_start, old.cached_end)
+
+    @rule(i=partitions)
+    def revoke(self, i: int) -> None:
+        """The worker of partition i loses it in a rebalance and says so; its unreported file group is dropped."""
+        old = self.participants[i]
+        if not old.owned:
+            return
+        self._run_participant(old, [Pause(), Discard()] if old.state.phase is not Phase.WAITING_ACK else [Pause()])
+        gone = self._new_participant(i)
+        gone.owned, gone.cached_start, gone.cached_end = False, old.cached_start, old.cached_end
+        self.participants[i] = gone
+        self._publish(Assignment(CONNECTOR, 0, 0, worker=f"w{i}", partitions=()))
+
+    @rule(i=partitions)
+    def assign(self, i: int) -> None:
+        """Partition i gets a worker again, which joins the newest txn it has seen (as the worker's on_assign)."""
+        if not self.participants[i].owned:
+            self._assign(i)
+
+    def _assign(self, i: int) -> None:
+        old = self.participants[i]
+        fresh = self._new_participant(i)
+        self.participants[i] = fresh
+        self._publish(Assignment(CONNECTOR, 0, 0, worker=f"w{i}", partitions=(TPS[i],)))
+        self._join(fresh, old.cached_start, old.cached_end)
+
+    def _join(self, participant: SimParticipant, start: StartCommit | None, end: EndCommit | None) -> None:
+        participant.cached_start, participant.cached_end = start, end
+        if end is not None and (start is None or (start.epoch, start.txn) <= (end.epoch, end.txn)):
+            self._run_participant(participant, participant.state.on_message(end))
+        elif start is not None:
+            self._run_participant(participant, participant.state.on_message(start))
 
     # -- liveness ------------------------------------------------------------------------------
 
@@ -253,6 +289,9 @@ class ConnectorSimulation(RuleBasedStateMachine):
     def _faults_stop_and_everything_commits(self) -> None:
         if self.live is None:
             self._start_coordinator()
+        for i, participant in enumerate(self.participants):
+            if not participant.owned:
+                self._assign(i)
         for _ in range(LIVENESS_TICKS):
             if self._caught_up():
                 return
@@ -336,8 +375,16 @@ class ConnectorSimulation(RuleBasedStateMachine):
             return
         if to.startswith("p"):
             participant = self.participants[int(to[1:])]
-            if isinstance(msg, StartCommit) and msg.connector == CONNECTOR:
+            if not participant.owned:
+                return
+            if isinstance(msg, StartCommit) and msg.connector == CONNECTOR and (
+                    participant.cached_start is None
+                    or (msg.epoch, msg.txn) > (participant.cached_start.epoch, participant.cached_start.txn)):
                 participant.cached_start = msg
+            if isinstance(msg, EndCommit) and msg.connector == CONNECTOR and (
+                    participant.cached_end is None
+                    or (msg.epoch, msg.txn) > (participant.cached_end.epoch, participant.cached_end.txn)):
+                participant.cached_end = msg
             self._run_participant(participant, participant.state.on_message(msg))
         elif to in self.coordinators:
             coordinator = self.coordinators[to]
