@@ -178,6 +178,9 @@ class CoordinatorState:
     def on_message(self, msg: Message) -> list[Effect]:
         if isinstance(msg, Assignment) and msg.connector == self._connector and self._phase is not Phase.FENCED:
             return self._on_assignment(msg)
+        if isinstance(msg, WriteStatus) and msg.connector == self._connector and msg.epoch == self._epoch:
+            # a status proves its worker holds the partition: a stale (duplicated, reordered) release costs one round
+            self._owners[msg.worker] = self._owners.get(msg.worker, frozenset()) | {msg.topic_partition}
         reason = self._ignore_reason(msg)
         if reason is not None:
             self._stats[reason] += 1
