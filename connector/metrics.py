@@ -54,6 +54,11 @@ class Metrics:
         self.txn_committed = Counter("txn_committed", "Transactions committed to the table.", registry=r)
         self.txn_discarded = Counter("txn_discarded",
                                      "Transactions discarded (write-status timeout or failed commit).", registry=r)
+        self.write_status_wait = Gauge("txn_write_status_wait_seconds",
+                                       "How long the txn has waited for write statuses after its END-COMMIT, once "
+                                       "that is longer than transaction.interval.ms; 0 otherwise.", registry=r)
+        self.write_status_missing = Gauge("txn_write_status_missing_partitions",
+                                          "Partitions whose write status that waiting txn still needs.", registry=r)
         # both
         self.control_ignored = Counter("control_messages_ignored",
                                        "Control messages ignored, by the role that ignored them and why.",
@@ -63,6 +68,7 @@ class Metrics:
         self._beats: dict[str, float] = {}
         self._lag_keys: set[tuple[str, str]] = set()
         self._lag_read_at = float("-inf")
+        self._waiting: dict[str, Any] | None = None
 
     # --- exposition ----------------------------------------------------------------------------------------
 
@@ -89,6 +95,16 @@ class Metrics:
 
     def last_commit_age(self) -> float | None:
         return None if self._last_commit is None else time.monotonic() - self._last_commit
+
+    def set_waiting(self, waiting: dict[str, Any] | None) -> None:
+        """The coordinator's txn that has waited for write statuses longer than an interval (None: none has)."""
+        self._waiting = waiting
+        self.write_status_wait.set(0 if waiting is None else waiting["waiting_s"])
+        self.write_status_missing.set(0 if waiting is None else len(waiting["partitions"]))
+
+    @property
+    def waiting(self) -> dict[str, Any] | None:
+        return self._waiting
 
     # --- helpers for the roles -----------------------------------------------------------------------------
 

@@ -61,8 +61,11 @@ class Roles:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Healthy while every loop runs and none has stalled (no round for `stall_s`); `starting` counts as
-        healthy (Spark and the consumer group take a while)."""
+        healthy (Spark and the consumer group take a while), and so does `waiting`: every loop runs, but the
+        coordinator's txn has waited longer than an interval for some partitions' write statuses (a rebalance, a
+        worker that died), which `waiting_for_write_status` lists."""
         roles: dict[str, dict[str, Any]] = {}
+        waiting = self.metrics.waiting if self.metrics is not None else None
         for t in self._threads:
             age = self.metrics.beat_age(t.name) if self.metrics is not None else None
             if t.ident is not None and not t.is_alive():
@@ -79,12 +82,16 @@ class Roles:
             status = "failed" if self.errors else "stopping"
         elif states & {"stopped", "stalled"}:
             status = "stalled" if "stalled" in states else "failed"
+        elif "starting" in states:
+            status = "starting"
         else:
-            status = "starting" if "starting" in states else "ok"
+            status = "waiting" if waiting is not None else "ok"
         commit_age = self.metrics.last_commit_age() if self.metrics is not None else None
         body = {"status": status, "connector": self.connector, "roles": roles,
                 "last_commit_age_s": None if commit_age is None else round(commit_age, 3)}
-        return status in ("ok", "starting"), body
+        if waiting is not None:
+            body["waiting_for_write_status"] = waiting
+        return status in ("ok", "starting", "waiting"), body
 
 
 def install_signal_handlers(stop: threading.Event) -> None:

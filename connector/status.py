@@ -16,7 +16,16 @@ from confluent_kafka.admin import AdminClient
 from connector.channel import read_tail
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
-from connector.messages import AckCommit, EndCommit, Message, Progress, StartCommit, WriteStatus, split_version
+from connector.messages import (
+    AckCommit,
+    Assignment,
+    EndCommit,
+    Message,
+    Progress,
+    StartCommit,
+    WriteStatus,
+    split_version,
+)
 from connector.table import DeltaTableSink
 from connector.watermarks import lag, list_offsets
 
@@ -29,7 +38,7 @@ def control_view(messages: list[Message], now: float | None = None) -> dict[str,
     """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits."""
     now = time.time() if now is None else now
     view: dict[str, Any] = {"messages": len(messages), "latest_epoch": None, "in_flight": None,
-                            "last_commits": [], "last_message_age_s": None}
+                            "last_commits": [], "last_message_age_s": None, "workers": []}
     if not messages:
         return view
     view["latest_epoch"] = max(m.epoch for m in messages)
@@ -40,15 +49,26 @@ def control_view(messages: list[Message], now: float | None = None) -> dict[str,
         same = [m for m in messages if (m.epoch, m.txn) == (start.epoch, start.txn)]
         statuses = {m.topic_partition for m in same if isinstance(m, WriteStatus)}
         acks = [m for m in same if isinstance(m, AckCommit)]
+        ends = [m for m in same if isinstance(m, EndCommit)]
         if acks:
             phase = "committed" if acks[-1].table_version is not None else "skipped (nothing to commit)"
-        elif any(isinstance(m, EndCommit) for m in same):
+        elif ends:
             phase = "collecting"
         else:
             phase = "consuming"
         view["in_flight"] = {"epoch": start.epoch, "txn": start.txn, "phase": phase,
                              "write_statuses": len(statuses), "partitions": len(start.offsets),
                              "started_s_ago": round(max(0.0, now - start.sent_at), 1)}
+        if phase == "collecting":
+            view["in_flight"]["ended_s_ago"] = round(max(0.0, now - ends[0].sent_at), 1)
+            view["in_flight"]["waiting_for"] = [{"topic": t, "partition": p}
+                                                for t, p in sorted(set(start.offsets) - statuses)]
+    latest: dict[str, Assignment] = {}
+    for m in messages:
+        if isinstance(m, Assignment):
+            latest[m.worker] = m
+    view["workers"] = [{"worker": w, "partitions": [f"{t}-{p}" for t, p in m.partitions],
+                        "age_s": round(max(0.0, now - m.sent_at), 1)} for w, m in sorted(latest.items())]
     progress = [m for m in messages if isinstance(m, Progress)][-LAST_COMMITS:]
     view["last_commits"] = [{**{k: m.payload.get(k) for k in ("txn", "epoch", "table_version", "rows", "bytes",
                                                                  "rows_per_s", "commit_duration_s", "lag",
@@ -126,6 +146,12 @@ def render(s: dict[str, Any]) -> str:
     if f:
         lines.append(f"txn        {f['txn']} (epoch {f['epoch']}): {f['phase']}, {f['write_statuses']}/"
                      f"{f['partitions']} write statuses, started {f['started_s_ago']} s ago")
+        if f.get("waiting_for"):
+            lines.append(f"           END-COMMIT sent {f['ended_s_ago']} s ago; waiting for "
+                         + ", ".join(f"{w['topic']}-{w['partition']}" for w in f["waiting_for"]))
+    for w in c["workers"]:
+        lines.append(f"worker     {w['worker']}: {', '.join(w['partitions']) or 'no partitions'} "
+                     f"(announced {w['age_s']} s ago)")
     lines.append("")
     rows = [("partition", "committed", "high watermark", "lag")]
     for p in s["partitions"]:

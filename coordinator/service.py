@@ -18,7 +18,7 @@ from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import CommitError, FencedError
 from connector.faults import fault_point
-from connector.messages import AckCommit, EndCommit, Offsets, Progress, StartCommit, TopicPartition
+from connector.messages import AckCommit, Assignment, EndCommit, Offsets, Progress, StartCommit, TopicPartition
 from connector.metrics import Metrics
 from connector.table import CommitResult, DeltaTableSink
 from connector.watermarks import lag, list_offsets
@@ -72,6 +72,7 @@ class CoordinatorService:
         self._channel: ControlChannel | None = None
         self.state: CoordinatorState | None = None
         self._table_known = False
+        self._wait_warned_at: float | None = None
 
     def _default_spark(self):
         from connector.spark import get_spark
@@ -149,6 +150,8 @@ class CoordinatorService:
         effects: list[Effect] = []
         channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
         for msg in self._channel.poll(timeout_s):
+            if isinstance(msg, Assignment):
+                log.info("worker %s holds %s", msg.worker, ", ".join(f"{t}-{p}" for t, p in msg.partitions) or "nothing")
             effects += self.state.on_message(msg)
         effects += self.state.tick()
         self.metrics.count_ignored("coordinator", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
@@ -160,10 +163,35 @@ class CoordinatorService:
                         "coordinator.writestatus.timeout.ms=%d", self.state.txn - 1, self.state.epoch,
                         self.cfg.coordinator_writestatus_timeout_ms)
         self._execute(effects)
+        self._report_wait()
         self.metrics.beat("coordinator")
         if self.state.fenced:
             raise FencedError(f"a coordinator of a newer epoch than {self.state.epoch} is running for "
                               f"{self.cfg.name}: this one steps down")
+
+    def _report_wait(self) -> None:
+        """Once a txn has waited longer than an interval for write statuses: a WARNING per interval naming the
+        partitions and who holds them, and the same in /health and the metrics."""
+        waiting, ended_at = self.state.waiting_for, self.state.ended_at
+        interval_s = self.cfg.transaction_interval_ms / 1000
+        now = self.clock.monotonic()
+        if not waiting or ended_at is None or now - ended_at < interval_s:
+            self.metrics.set_waiting(None)
+            self._wait_warned_at = None
+            return
+        waited = now - ended_at
+        held = {tp: self.state.owner_of(tp) for tp in sorted(waiting)}
+        self.metrics.set_waiting({"epoch": self.state.epoch, "txn": self.state.txn, "waiting_s": round(waited, 1),
+                                  "partitions": [{"topic": t, "partition": p, "worker": w}
+                                                 for (t, p), w in held.items()]})
+        if self._wait_warned_at is not None and now - self._wait_warned_at < interval_s:
+            return
+        self._wait_warned_at = now
+        log.warning("txn %d of epoch %s has waited %.1f s since its END-COMMIT for the write status of %s; it is "
+                    "discarded after coordinator.writestatus.timeout.ms=%d", self.state.txn, self.state.epoch,
+                    waited, ", ".join(f"{t}-{p} ({f'worker {w}' if w else 'no worker announced it'})"
+                                      for (t, p), w in held.items()),
+                    self.cfg.coordinator_writestatus_timeout_ms)
 
     def close(self) -> None:
         if self._channel is not None:

@@ -376,3 +376,22 @@ def test_a_pipelined_start_never_deletes_a_reported_file_group(tmp_path):
     worker._on_control(AckCommit("m-sink", 1, 1, 3, {("t", 0): 5}))
     assert worker._consumer.calls[-1] == ("commit", [("t", 0, 5)]) and runner.state.txn == 2
     runner.writer.discard()
+
+
+def test_health_and_metrics_report_a_round_waiting_for_write_statuses():
+    m = Metrics()
+    roles = service.Roles(m, stall_s=60)
+    roles.add("coordinator", lambda stop: stop.wait(10))
+    runner = threading.Thread(target=roles.run, kwargs={"shutdown_timeout_s": 5}, daemon=True)
+    runner.start()
+    m.beat("coordinator")
+    assert roles.health()[1]["status"] == "ok"
+    waiting = {"epoch": 1, "txn": 1, "waiting_s": 12.5, "partitions": [{"topic": "t", "partition": 0, "worker": None}]}
+    m.set_waiting(waiting)
+    ok, body = roles.health()
+    assert ok and body["status"] == "waiting" and body["waiting_for_write_status"] == waiting
+    assert m.value("txn_write_status_wait_seconds") == 12.5 and m.value("txn_write_status_missing_partitions") == 1
+    m.set_waiting(None)
+    assert roles.health()[1]["status"] == "ok" and m.value("txn_write_status_wait_seconds") == 0
+    roles.stop.set()
+    runner.join(5)

@@ -1,7 +1,7 @@
 """connector/status.py without a broker: the control-topic view and the rendering."""
 from __future__ import annotations
 
-from connector.messages import AckCommit, EndCommit, Progress, StartCommit, WriteStatus
+from connector.messages import AckCommit, Assignment, EndCommit, Progress, StartCommit, WriteStatus
 from connector.status import control_view, render
 from connector.watermarks import lag
 
@@ -29,7 +29,8 @@ def test_control_view_follows_the_newest_txn_and_the_last_commits():
     view = control_view(messages, now=T0 + 12)
     assert view["latest_epoch"] == 2 and view["messages"] == 9 and view["last_message_age_s"] == 0.5
     assert view["in_flight"] == {"epoch": 2, "txn": 5, "phase": "collecting", "write_statuses": 1, "partitions": 2,
-                                 "started_s_ago": 6.0}
+                                 "started_s_ago": 6.0, "ended_s_ago": 1.0,
+                                 "waiting_for": [{"topic": "t", "partition": 0}]}
     [commit] = view["last_commits"]
     assert (commit["txn"], commit["rows"], commit["table_version"], commit["lag"], commit["age_s"]) == \
         (4, 20, 17, 3, 6.0)
@@ -56,3 +57,22 @@ def test_render_shows_partitions_lag_and_commits():
     assert "txn        5 (epoch 2): consuming, 0/1 write statuses" in text
     assert [line.split() for line in text.splitlines() if line.startswith("t-0")] == [["t-0", "10", "25", "15"]]
     assert "total lag  15" in text
+
+
+def test_a_stalled_round_shows_what_it_waits_for_and_who_holds_what():
+    offsets = {("t", 0): 0, ("t", 1): 0}
+    messages = [
+        Assignment("c", 0, 0, worker="host-0", partitions=(("t", 0), ("t", 1)), sent_at=T0 - 1),
+        StartCommit("c", 1, 1, offsets, sent_at=T0),
+        EndCommit("c", 1, 1, offsets=offsets, sent_at=T0 + 5),
+        Assignment("c", 1, 1, worker="host-1", partitions=(), sent_at=T0 + 6),
+    ]
+    view = control_view(messages, now=T0 + 305)
+    assert view["workers"] == [{"worker": "host-0", "partitions": ["t-0", "t-1"], "age_s": 306.0},
+                               {"worker": "host-1", "partitions": [], "age_s": 299.0}]
+    text = render({"connector": "c", "table_path": "/x", "control_topic": "ctl", "table": {"exists": False},
+                   "control": view, "partitions": [], "total_lag": 0, "problems": []})
+    assert "txn        1 (epoch 1): collecting, 0/2 write statuses, started 305.0 s ago" in text
+    assert "END-COMMIT sent 300.0 s ago; waiting for t-0, t-1" in text
+    assert "worker     host-0: t-0, t-1 (announced 306.0 s ago)" in text
+    assert "worker     host-1: no partitions" in text
