@@ -20,6 +20,8 @@ from connector.messages import DecodeError, EndCommit, Message, StartCommit, Unk
 
 log = logging.getLogger(__name__)
 
+_TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+              KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN}
 CONTROL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 
 
@@ -47,12 +49,29 @@ def ensure_control_topic(admin: AdminClient, topic: str, timeout_s: float = 30.0
 
 
 def _await_metadata(admin: AdminClient, topic: str, timeout_s: float):
-    """Metadata of a topic just created: a busy broker may still answer UNKNOWN_TOPIC_OR_PART for a moment."""
+    """Metadata of a topic just created: a busy broker may still answer UNKNOWN_TOPIC_OR_PART, or a partition
+    without a leader yet, for a moment."""
     deadline = time.monotonic() + timeout_s
     while True:
         tmd = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
-        if (tmd is not None and tmd.error is None and tmd.partitions) or time.monotonic() > deadline:
+        led = tmd is not None and tmd.error is None and tmd.partitions and all(
+            p.leader >= 0 and p.error is None for p in tmd.partitions.values())
+        if led or time.monotonic() > deadline:
             return tmd
+        time.sleep(0.2)
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+    """(low, high) of a partition; retriable answers (a leader being elected, a broker restarting) are asked
+    again until `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in _TRANSIENT) or time.monotonic() > deadline:
+                raise
         time.sleep(0.2)
 
 
@@ -81,7 +100,7 @@ def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
         tmd = consumer.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:
             return []
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        low, high = watermarks(consumer, TopicPartition(topic, 0), timeout_s)
         start = max(low, high - last)
         if high <= start:
             return []
@@ -128,7 +147,7 @@ class ControlChannel:
         """Start reading at the end; with `replay_last` > 0 first return this connector's newest START-COMMIT
         among that many latest messages, followed by its END-COMMIT if one was sent (a worker joining mid-txn, or
         whose channel opened after the START)."""
-        low, high = self._consumer.get_watermark_offsets(self._tp, timeout=30)
+        low, high = watermarks(self._consumer, self._tp)
         if replay_last > 0 and high > low:
             self._replay = self._latest_start(max(low, high - replay_last), high)
         self._consumer.assign([TopicPartition(self.topic, 0, high if high >= 0 else OFFSET_END)])

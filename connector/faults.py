@@ -1,7 +1,8 @@
 """Fault injection for chaos tests: inert unless LAKESINK_FAULT names the protocol step.
 
 LAKESINK_FAULT=<step> kills the process (SIGKILL) exactly there; LAKESINK_FAULT_ACTION=pause stops it
-(SIGSTOP) instead, so a test can resume it later as a zombie. LAKESINK_FAULT_AFTER=N fires on the N-th
+(SIGSTOP) instead, so a test can resume it later as a zombie; LAKESINK_FAULT_ACTION=delay holds that thread there
+for LAKESINK_FAULT_DELAY_MS (default 5000), to open a race between the roles of one process. LAKESINK_FAULT_AFTER=N fires on the N-th
 time the step is reached (default 1), and only then.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections import Counter
 
 log = logging.getLogger(__name__)
@@ -17,7 +19,7 @@ log = logging.getLogger(__name__)
 STEPS = (
     "coordinator.after-start-sent", "coordinator.after-end-sent", "coordinator.after-manifest",
     "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-staging-cleanup",
-    "participant.after-start-received", "participant.mid-consume", "participant.after-end-received",
+    "participant.before-control-open", "participant.after-start-received", "participant.mid-consume", "participant.after-end-received",
     "participant.after-staging", "participant.after-write-status",
 )
 _seen: Counter[str] = Counter()
@@ -32,6 +34,9 @@ def fault_point(step: str) -> None:
         return  # only the N-th time: a paused and resumed process runs on
     action = os.environ.get("LAKESINK_FAULT_ACTION", "kill")
     log.warning("fault injection: %s at %s", action, step)
+    if action == "delay":
+        time.sleep(int(os.environ.get("LAKESINK_FAULT_DELAY_MS", "5000")) / 1000)
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGSTOP if action == "pause" else signal.SIGKILL)

@@ -168,7 +168,7 @@ class LocalKafka:
             if self.proc is not None and self.proc.poll() is not None:
                 raise SetupError(f"the Kafka broker exited with code {self.proc.returncode} while starting: see {self.log_file} and {self.data_dir / 'logs' / 'stdout.log'}.")
             try:
-                md = admin.list_topics(timeout=2)
+                md = admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
                 if md.brokers:
                     return
             except Exception:  # noqa: BLE001 - not up yet; the deadline bounds the wait

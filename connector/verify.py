@@ -235,8 +235,10 @@ class KafkaCheck:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
         from confluent_kafka import TopicPartition
 
+        from connector.channel import watermarks
+
         try:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout_s)
+            low, high = watermarks(self._consumer, TopicPartition(topic, partition), self.timeout_s)
         except Exception:  # noqa: BLE001 - a partition that no longer exists has no watermarks
             return None
         return low, high

@@ -150,7 +150,7 @@ class CoordinatorService:
         effects: list[Effect] = []
         channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
         for msg in self._channel.poll(timeout_s):
-            if isinstance(msg, Assignment):
+            if isinstance(msg, Assignment) and self.state.holds(msg.worker) != frozenset(msg.partitions):
                 log.info("worker %s holds %s", msg.worker, ", ".join(f"{t}-{p}" for t, p in msg.partitions) or "nothing")
             effects += self.state.on_message(msg)
         effects += self.state.tick()

@@ -147,6 +147,10 @@ class CoordinatorState:
         """Monotonic time the current txn's END went out, while collecting."""
         return self._ended_at if self._phase is Phase.COLLECTING else None
 
+    def holds(self, worker: str) -> frozenset[TopicPartition] | None:
+        """What `worker` last said it holds (None: nothing heard from it)."""
+        return self._owners.get(worker)
+
     def owner_of(self, tp: TopicPartition) -> str | None:
         return next((worker for worker, held in sorted(self._owners.items()) if tp in held), None)
 

@@ -242,6 +242,10 @@ class Worker:
                 runner.writer = None
             elif isinstance(effect, Flush):
                 fault_point("participant.after-end-received")
+                if runner.state.phase is Phase.FLUSHING and runner.writer is None:
+                    log.info("joined txn %d of epoch %d at its END-COMMIT (its START came before this partition or "
+                             "this worker's control channel): reporting nothing at offset %s", effect.txn, effect.epoch,
+                             runner.state.start_offset)
                 self._flush(runner)
             elif isinstance(effect, Send):
                 self._channel.send(effect.message)

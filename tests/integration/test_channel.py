@@ -117,7 +117,9 @@ def test_a_joining_worker_replays_the_newest_start_and_its_end(kafka_bootstrap):
     coord.send(StartCommit("a", 1, 1, {("t", 0): None}))
     coord.send(EndCommit("a", 1, 1, offsets={("t", 0): None}))
     coord.send(StartCommit("a", 1, 2, {("t", 0): 5}))
-    coord.send(StartCommit("b", 1, 9, {("t", 0): 7}))  # another connector's, on the same topic
+    other = _channel(kafka_bootstrap, topic, "b", "coordinator")  # another connector's START, on the same topic
+    other.send(StartCommit("b", 1, 9, {("t", 0): 7}))
+    other.close()
     joined = ControlChannel(kafka_bootstrap, topic, "a", "worker").open(replay_last=100)
     replayed = joined.poll(0.1)
     assert [(type(m).__name__, m.txn) for m in replayed] == [("StartCommit", 2)]
