@@ -19,7 +19,7 @@ from connector import logs
 from connector.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
-from connector.errors import RecordError, SetupError
+from connector.errors import LakesinkError, RecordError, SetupError
 from connector.faults import fault_point
 from connector.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
@@ -151,16 +151,19 @@ class Worker:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
-        if self._channel is not None:
-            try:
-                self._announce(force=True)  # holds nothing now: the coordinator need not wait for these partitions
-            finally:
-                self._channel.close()
+        try:
+            if self._channel is not None:
+                try:  # holds nothing now: the coordinator need not wait for these partitions
+                    self._announce(force=True, flush=False)
+                except (LakesinkError, KafkaException, BufferError) as exc:
+                    log.warning("could not tell the coordinator that worker %s stops: %s", self.worker_id, exc)
+                self._channel.close()  # delivers what is queued, within a few seconds
                 self._channel = None
-        if self._dlq is not None:
-            self._dlq.flush(10)
-        if self._identity is not None:
-            self._identity.release()
+            if self._dlq is not None:
+                self._dlq.flush(10)
+        finally:
+            if self._identity is not None:
+                self._identity.release()
 
     def run(self, stop: threading.Event) -> None:
         self.open()
@@ -442,7 +445,7 @@ class Worker:
                 runner.writer.discard()
         log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
 
-    def _announce(self, force: bool = False) -> None:
+    def _announce(self, force: bool = False, flush: bool = True) -> None:
         """Tell the coordinator which partitions this worker holds, whenever that changes and once per epoch."""
         if not force and self.stats.rebalances == 0:
             return  # nothing to tell before the group's first assignment
@@ -451,7 +454,8 @@ class Worker:
         if not force and self._announced == (epoch, partitions):
             return
         txn = self._latest_start.txn if self._latest_start is not None else 0
-        self._channel.send(Assignment(self.cfg.name, epoch, txn, worker=self.worker_id, partitions=partitions))
+        self._channel.send(Assignment(self.cfg.name, epoch, txn, worker=self.worker_id, partitions=partitions),
+                           flush=flush)
         self._announced = (epoch, partitions)
 
     # --- schema --------------------------------------------------------------------------------------------
