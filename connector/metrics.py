@@ -19,6 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import UnknownMetricFamily
 from prometheus_client.registry import Collector
 
+from connector.errors import SetupError
+
 log = logging.getLogger(__name__)
 
 LAG_REFRESH_S = 1.0
@@ -201,7 +203,11 @@ class MetricsServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not worth a line
                 log.debug("http %s", format % args)
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._httpd = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise SetupError(f"cannot serve /metrics and /health on {host}:{port} ({exc.strerror}): choose a free "
+                             f"metrics.port, or 0 to turn the server off") from None
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
 

@@ -96,9 +96,9 @@ class CoordinatorService:
 
     def open(self) -> "CoordinatorService":
         cfg = self.cfg
+        self._warm_up_spark()
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, "coordinator",
                                        dict(cfg.producer_overrides), dict(cfg.consumer_overrides)).open()
-        self._warm_up_spark()
         self._execute(self._begin())
         return self
 

@@ -158,14 +158,14 @@ class Cluster:
         return s
 
     def start(self, role: str, fault: str | None = None, action: str = "kill", after: int = 1,
-              delay_ms: int | None = None) -> LakesinkProcess:
+              delay_ms: int | None = None, config: Path | None = None) -> LakesinkProcess:
         self._n += 1
         label = (fault or "clean").replace(".", "-")
         env = {"LAKESINK_FAULT": fault, "LAKESINK_FAULT_ACTION": action, "LAKESINK_FAULT_AFTER": str(after)} \
             if fault else {"LAKESINK_FAULT": ""}
         if delay_ms is not None:
             env["LAKESINK_FAULT_DELAY_MS"] = str(delay_ms)
-        proc = LakesinkProcess(role, self.config, self.tmp_path / f"{self._n:02d}-{role}-{label}.log", env=env)
+        proc = LakesinkProcess(role, config or self.config, self.tmp_path / f"{self._n:02d}-{role}-{label}.log", env=env)
         proc.role, proc.fault = role, fault
         self.procs.append(proc)
         return proc

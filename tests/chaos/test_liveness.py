@@ -4,6 +4,7 @@ audit. The bounds sit far below what the old behaviour cost (coordinator.writest
 member's consumer-group session), so they prove the mechanism without timing the machine."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -128,3 +129,53 @@ def test_adding_and_removing_a_worker_costs_at_most_a_round(kafka_bootstrap, mak
 
 def _workers_before(c, bootstrap: str, name: str, at: float) -> set[str]:
     return {m.worker for m in control(c, bootstrap, name) if isinstance(m, Assignment) and m.sent_at <= at}
+
+
+def test_a_round_waiting_for_a_dead_worker_says_so_and_its_restart_ends_the_wait(
+        kafka_bootstrap, make_topic, tmp_path, cluster_of):
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from connector.kafka_local import free_port
+
+    interval_ms, port = 2000, free_port()
+    topic = make_topic(partitions=2)
+    config = chaos_config(tmp_path, kafka_bootstrap, topic, **{
+        "transaction.interval.ms": interval_ms, "coordinator.writestatus.timeout.ms": TIMEOUT_MS,
+        "consumer.session.timeout.ms": 45000, "consumer.heartbeat.interval.ms": 3000, "metrics.port": port})
+    c = cluster_of(config)
+    stream = c.stream(kafka_bootstrap, topic, partitions=2, rate=100)
+    worker_config = tmp_path / "worker.properties"  # the coordinator alone serves /health on `port`
+    worker_config.write_text(config.read_text().replace(f"metrics.port={port}", "metrics.port=0"))
+    coordinator, worker = c.start("coordinator"), c.start("worker", config=worker_config)
+    c.wait_rows_above(0, (coordinator, worker), what="a first commit")
+    worker.kill()
+
+    def health():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            return json.loads(r.read())
+
+    waiting = wait_until(lambda: c.assert_alive(coordinator) or (
+        (h := health())["status"] == "waiting" and h), 30, "/health to report the waiting round")
+    stuck = sorted(f"{p['topic']}-{p['partition']}" for p in waiting["waiting_for_write_status"]["partitions"])
+    assert stuck == [f"{topic}-0", f"{topic}-1"], waiting
+    wait_until(lambda: "for the write status of" in coordinator.tail(200), 30, "the coordinator's WARNING")
+    warned = [line for line in coordinator.tail(400).splitlines() if "for the write status of" in line]
+    assert "WARNING" in warned[0] and f"{topic}-0 (worker " in warned[0], warned[0]
+    status = subprocess.run([sys.executable, "-m", "connector", "status", "--config", str(config)],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "LAKESINK_FAULT": ""})
+    assert f"waiting for {topic}-0, {topic}-1" in status.stdout, status.stdout
+
+    rows, restarted_at = c.rows(), time.monotonic()
+    restarted = c.start("worker", config=worker_config)
+    c.wait_rows_above(rows, (coordinator, restarted), timeout_s=40, what="a commit after the worker's restart")
+    took = time.monotonic() - restarted_at
+    print(f"\nworker SIGKILLed and restarted: commits again {took:.1f} s after its start (consumer session 45 s); "
+          f"{len(warned)} WARNING(s) while it was away")
+    assert took < 30, f"the restarted worker took {took:.1f} s: it waited for its dead predecessor's session"
+    assert health()["status"] == "ok"
+    stream.stop()
+    c.drain(expected_ranges(topic, stream.join()), (coordinator, restarted))
+    c.verify()

@@ -395,3 +395,16 @@ def test_health_and_metrics_report_a_round_waiting_for_write_statuses():
     assert roles.health()[1]["status"] == "ok" and m.value("txn_write_status_wait_seconds") == 0
     roles.stop.set()
     runner.join(5)
+
+
+def test_a_metrics_port_in_use_is_one_clear_error():
+    import socket
+
+    from connector.errors import SetupError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SetupError, match=rf"cannot serve /metrics and /health on 127\.0\.0\.1:{port} .*metrics\.port"):
+            MetricsServer(Metrics(), lambda: (True, {}), port)
