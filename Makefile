@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test unit clean-cache kafka-start kafka-stop bench
+.PHONY: setup demo test unit lint clean-cache kafka-start kafka-stop bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "lakesink needs Python 3.10 or newer: install it and run make again.")'
@@ -21,8 +21,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/lakesink demo
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The import contracts in pyproject.toml: the architecture's arrows (docs/ARCHITECTURE.md).
+lint: $(STAMP)
+	$(BIN)/lint-imports
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -195,7 +195,7 @@ class ControlTail:
     def __init__(self, bootstrap: str, topic: str):
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        from connector.channel import CONTROL_TOPIC_CONFIG
+        from connector.protocol.channel import CONTROL_TOPIC_CONFIG
 
         create_topic(bootstrap, topic, 1, CONTROL_TOPIC_CONFIG)  # before lakesink does, so it can be tailed
         self.messages: list = []
@@ -204,7 +204,7 @@ class ControlTail:
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
 
     def poll(self) -> None:
-        from connector.messages import DecodeError, decode
+        from connector.protocol.messages import DecodeError, decode
 
         for raw in self._consumer.consume(1000, timeout=0):
             if raw.error() is None:
@@ -215,7 +215,7 @@ class ControlTail:
 
     def await_progress(self, commits: int, timeout_s: float = 30.0) -> None:
         """Wait for the PROGRESS records of `commits` data commits: the coordinator sends them after verifying."""
-        from connector.messages import Progress
+        from connector.protocol.messages import Progress
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -225,7 +225,7 @@ class ControlTail:
             time.sleep(POLL_S)
 
     def first_start(self) -> float | None:
-        from connector.messages import StartCommit
+        from connector.protocol.messages import StartCommit
 
         return next((m.sent_at for m in self.messages if isinstance(m, StartCommit)), None)
 
@@ -681,7 +681,7 @@ def txn_timeline(messages: list) -> dict:
     flush = END..last WRITE-STATUS, commit = last WRITE-STATUS..ACK (of which `spark` is the sink.commit
     duration the PROGRESS record reports), paused = END..next START (partitions consume nothing; with pipelined
     transactions the next START goes out as soon as the WRITE-STATUS are in, and the commit overlaps it)."""
-    from connector.messages import AckCommit, EndCommit, Progress, StartCommit, WriteStatus
+    from connector.protocol.messages import AckCommit, EndCommit, Progress, StartCommit, WriteStatus
 
     by: dict[tuple, dict] = defaultdict(dict)
     for m in messages:
@@ -801,11 +801,11 @@ def child_profile(args) -> int:
     import logging
 
     from connector import table as table_module
-    from connector.channel import ControlChannel
+    from connector.protocol.channel import ControlChannel
     from connector.config import load_config
-    from connector.delta_log import DeltaLogCommitter
-    from connector.service import Roles
-    from connector.table import DeltaTableSink
+    from connector.table.delta_log import DeltaLogCommitter
+    from connector.app.service import Roles
+    from connector.table.sink import DeltaTableSink
     from coordinator.service import CoordinatorService
     from participant import worker as worker_module
     from participant.convert import Converter
@@ -1196,7 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.bootstrap:
             bench.bootstrap = args.bootstrap
         else:
-            from connector.kafka_local import LocalKafka
+            from connector.kafka.local import LocalKafka
 
             _say("starting a Kafka broker ...")
             broker = LocalKafka(work / "kafka", heap="1g").start()

@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/soak.py --faults 50 --seed 1 --max-minutes 60
 
-Starts its own Kafka broker (connector.kafka_local) in a temporary directory, one coordinator and two worker
-processes, and a producer thread that keeps producing (tests.chaos.harness.Stream). Each fault picks a random step of connector.faults.STEPS,
+Starts its own Kafka broker (connector.kafka.local) in a temporary directory, one coordinator and two worker
+processes, and a producer thread that keeps producing (bench.harness.Stream). Each fault picks a random step of connector.faults.STEPS,
 restarts the process of that role (a random worker for participant steps) armed with it (kill, or pause and
 then kill), waits for it to fire, restarts the process clean and waits for the committed offsets to move on.
 Now and then the broker restarts as well. At the end the producer stops, the pipeline drains, and every
@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from connector.faults import STEPS  # noqa: E402
-from tests.chaos.harness import Stream, chaos_config, process_state  # noqa: E402
-from tests.support import LakesinkProcess, audit, create_topic, table_offsets  # noqa: E402
+from bench.harness import LakesinkProcess, Stream, audit, chaos_config, create_topic, process_state, table_offsets  # noqa: E402
 
 FIRE_S = 150  # an armed coordinator needs its Spark session first
 PROGRESS_S = 240
@@ -89,7 +88,7 @@ class Soak:
 
     def committed(self) -> int:
         """Sum of committed offsets (from the table's manifest of its txn version), -1 before the first."""
-        from connector.verify import read_committed
+        from connector.app.verify import read_committed
 
         try:
             state = read_committed(str(self.table), self.name)
@@ -159,7 +158,7 @@ class Soak:
     def run(self) -> int:
         from confluent_kafka.admin import AdminClient
 
-        from connector.kafka_local import LocalKafka
+        from connector.kafka.local import LocalKafka
 
         args = self.args
         (self.work / "logs").mkdir(exist_ok=True)

@@ -1,5 +1,5 @@
 import sys
 
-from connector.cli import main
+from connector.app.cli import main
 
 sys.exit(main())

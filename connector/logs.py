@@ -125,8 +125,8 @@ def setup_logging(level: str = "INFO", fmt: str = "text", connector: str | None 
     _process.clear()
     if connector is not None:
         _process["connector"] = connector
-    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # one line per JVM call at DEBUG
-        logging.getLogger(noisy).setLevel(max(logging.INFO, root.level))
+    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per JVM call or connection
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return handler
 
 

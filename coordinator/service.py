@@ -1,7 +1,8 @@
 """The coordinator process: recovery, epoch claim, the transaction clock, the Delta commit.
 
-On start: read committed offsets from the table (I1), claim a new epoch with a commit of its own (I3), clean
-staging of older epochs, send START-COMMIT. Then CoordinatorState drives; this module performs its effects.
+On start: read committed offsets from the table (I1; the invariants are in docs/ARCHITECTURE.md), claim a new
+epoch with a commit of its own (I3), clean staging of older epochs, send START-COMMIT. Then CoordinatorState
+drives; this module performs its effects.
 """
 from __future__ import annotations
 
@@ -13,26 +14,22 @@ from dataclasses import dataclass, field, replace
 from confluent_kafka.admin import AdminClient
 
 from connector import logs
-from connector.channel import ControlChannel
+from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
+from connector.protocol.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import CommitError, FencedError
 from connector.faults import fault_point
-from connector.messages import AckCommit, Assignment, EndCommit, Offsets, Progress, StartCommit, TopicPartition
+from connector.loop import run_until_stopped
+from connector.protocol.messages import AckCommit, Assignment, EndCommit, Offsets, Progress, StartCommit, TopicPartition
 from connector.metrics import Metrics
-from connector.table import CommitResult, DeltaTableSink
-from connector.watermarks import lag, list_offsets
-from coordinator.state import Commit, CoordinatorState, Effect, Send
-from participant.convert import schema_to_text
+from connector.table.sink import CommitResult, DeltaTableSink
+from connector.kafka.watermarks import lag, list_offsets
+from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, Send
+from connector.schema.algebra import schema_to_text
 
 log = logging.getLogger(__name__)
 
-# CoordinatorState stats that count an ignored control message; `not_write_status` (its own START, END, ACK
-# and PROGRESS read back) is routine traffic and not counted.
-IGNORE_REASONS = ("other_connector", "fenced", "idle", "newer_epoch", "fenced_by_newer_epoch", "older_epoch",
-                  "other_txn", "not_collecting", "unexpected_partition", "duplicate_status", "start_offset_mismatch",
-                  "inconsistent_offsets")
-CHANNEL_IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 
 
 @dataclass
@@ -137,12 +134,7 @@ class CoordinatorService:
         return self.state.begin(epoch, recovered.offsets)
 
     def run(self, stop: threading.Event) -> None:
-        self.open()
-        try:
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.close()
+        run_until_stopped(self, stop)
 
     def step(self, timeout_s: float = 0.1) -> None:
         if self._spark_error is not None:

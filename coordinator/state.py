@@ -17,7 +17,7 @@ from typing import TypeAlias, cast
 
 from connector.clock import Clock, Deadline
 from connector.errors import ProtocolError
-from connector.messages import (
+from connector.protocol.messages import (
     AckCommit,
     Assignment,
     EndCommit,
@@ -56,6 +56,12 @@ class Commit:
 
 
 Effect: TypeAlias = Send | Commit
+
+IGNORE_REASONS = ("other_connector", "fenced", "idle", "newer_epoch", "fenced_by_newer_epoch", "older_epoch",
+                  "other_txn", "not_collecting", "unexpected_partition", "duplicate_status", "start_offset_mismatch",
+                  "inconsistent_offsets")
+"""The stats that count an ignored control message (control_messages_ignored_total); `not_write_status` (its own
+START, END, ACK and PROGRESS read back, every ASSIGNMENT) is routine traffic and not counted."""
 
 _FENCING_TYPES = (StartCommit, EndCommit, AckCommit)
 

@@ -15,7 +15,6 @@ their file groups with `unify` (permissive: int64 + double -> double) and `confo
 """
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,19 +22,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pyarrow.json as pj
 
 from connector.errors import ConfigError, LakesinkError
+from connector.schema.algebra import IncompatibleSchemas, conform, is_list
+from connector.schema.columns import META_FIELDS, META_PREFIX
 
-META_PREFIX = "_kafka_"
-META_FIELDS = (
-    pa.field("_kafka_topic", pa.string()),
-    pa.field("_kafka_partition", pa.int32()),
-    pa.field("_kafka_offset", pa.int64()),
-    pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC")),  # Delta's timestamp precision: no rewrite
-    pa.field("_kafka_key", pa.binary()),
-)
 CONVERTERS = ("json", "string", "bytes")
 
 # RecordFailure.error_class values: stable names for dead-letter headers and metrics.
@@ -54,10 +46,6 @@ _MAX_PARSE_BYTES = 256 << 20
 """Largest text handed to one read_json call (its block must hold the whole text: one block, one inference)."""
 _THREADED_PARSE_BYTES = 1 << 20
 """Below this, read_json without its thread pool: starting it costs milliseconds."""
-
-
-class IncompatibleSchemas(LakesinkError):
-    """Two schemas (or a table and a schema) cannot be reconciled without losing data."""
 
 
 @dataclass(frozen=True)
@@ -87,138 +75,6 @@ class ConvertResult:
     """Total value bytes of the batch."""
 
 
-# --- schemas -------------------------------------------------------------------------------------------
-
-
-def schema_to_text(schema: pa.Schema) -> str:
-    """An Arrow schema as text for a control message (base64 of its IPC form)."""
-    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-
-
-def schema_from_text(text: str) -> pa.Schema:
-    try:
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
-    except (ValueError, pa.ArrowInvalid) as exc:
-        raise LakesinkError(f"not an Arrow schema in a control message: {exc}") from None
-
-
-def unify(schemas: list[pa.Schema]) -> pa.Schema:
-    """One schema every given schema converts into without loss of rows or columns.
-
-    Fields keep the order of their first appearance; a field missing from some schema becomes nullable.
-    Types widen permissively: null -> anything, narrower ints -> wider, int + float -> double, timestamps to
-    the finer unit, structs merge their fields, lists unify their items. Raises IncompatibleSchemas otherwise.
-    """
-    if not schemas:
-        raise ValueError("unify needs at least one schema")
-    result = schemas[0]
-    for schema in schemas[1:]:
-        if schema.equals(result):
-            continue
-        result = pa.schema(_unify_fields(list(result), list(schema), ""), metadata=result.metadata)
-    return result
-
-
-def _unify_fields(left: list[pa.Field], right: list[pa.Field], path: str) -> list[pa.Field]:
-    by_name = {field.name: field for field in right}
-    names = {field.name for field in left}
-    fields = []
-    for field in left:
-        other = by_name.get(field.name)
-        if other is None:
-            fields.append(field.with_nullable(True))
-        else:
-            kind = _unify_types(field.type, other.type, f"{path}{field.name}")
-            fields.append(pa.field(field.name, kind, field.nullable or other.nullable, field.metadata))
-    fields.extend(field.with_nullable(True) for field in right if field.name not in names)
-    return fields
-
-
-def _unify_types(a: pa.DataType, b: pa.DataType, path: str) -> pa.DataType:
-    types = pa.types
-    if a.equals(b):
-        return a
-    if types.is_null(a):
-        return b
-    if types.is_null(b):
-        return a
-    if types.is_struct(a) and types.is_struct(b):
-        return pa.struct(_unify_fields(list(a), list(b), f"{path}."))
-    if _is_list(a) and _is_list(b):
-        item = a.value_field
-        unified = pa.field(item.name, _unify_types(item.type, b.value_type, f"{path}[]"), True)
-        return pa.large_list(unified) if types.is_large_list(a) or types.is_large_list(b) else pa.list_(unified)
-    if _numeric(a) and _numeric(b) and (types.is_floating(a) or types.is_floating(b)):
-        return pa.float64()
-    if types.is_timestamp(a) and types.is_timestamp(b) and a.tz == b.tz:
-        return a if _UNITS.index(a.unit) >= _UNITS.index(b.unit) else b
-    if not (types.is_nested(a) or types.is_nested(b)):
-        try:
-            pair = [pa.schema([("x", a)]), pa.schema([("x", b)])]
-            return pa.unify_schemas(pair, promote_options="permissive").field("x").type
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            pass
-    raise IncompatibleSchemas(f"field '{path}' is {a} in one schema and {b} in another")
-
-
-_UNITS = ("s", "ms", "us", "ns")
-
-
-def _numeric(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
-
-
-def _is_list(kind: pa.DataType) -> bool:
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
-
-
-def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with exactly `schema`'s columns, in its order: missing (nullable) columns as nulls, others
-    cast safely (no truncation, no overflow, no dropped struct fields; an int64 column widened to double
-    rounds beyond 2**53). Raises IncompatibleSchemas."""
-    if table.schema.equals(schema):
-        return table
-    extra = [name for name in table.column_names if schema.get_field_index(name) < 0]
-    if extra:
-        raise IncompatibleSchemas(f"column(s) {', '.join(map(repr, extra))} are not in the target schema; unify first")
-    columns = []
-    for field in schema:
-        index = table.schema.get_field_index(field.name)
-        if index < 0:
-            if not field.nullable:
-                raise IncompatibleSchemas(f"column '{field.name}' is required by the target schema but missing")
-            columns.append(pa.nulls(table.num_rows, field.type))
-            continue
-        column = table.column(index)
-        if not column.type.equals(field.type):
-            problem = _lossy(column.type, field.type, field.name)
-            if problem:
-                raise IncompatibleSchemas(problem)
-            # int -> double rounds beyond 2**53 (as Spark's own widening does); every other cast must be exact
-            exact = not (pa.types.is_integer(column.type) and pa.types.is_floating(field.type))
-            try:
-                column = column.cast(field.type, safe=exact)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
-                raise IncompatibleSchemas(f"column '{field.name}' cannot be cast to {field.type}: {error}") from None
-        columns.append(column)
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _lossy(source: pa.DataType, target: pa.DataType, path: str) -> str | None:
-    """Why casting would silently drop data (Arrow's struct cast drops fields the target lacks), or None."""
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
-        for field in source:
-            index = target.get_field_index(field.name)
-            if index < 0:
-                return f"field '{path}.{field.name}' is not in the target schema; unify first"
-            problem = _lossy(field.type, target.field(index).type, f"{path}.{field.name}")
-            if problem:
-                return problem
-    elif _is_list(source) and _is_list(target):
-        return _lossy(source.value_type, target.value_type, f"{path}[]")
-    return None
-
-
 def _parse_field(field: pa.Field, path: str, omit_null: bool) -> pa.Field | None:
     """The field as the JSON reader can fill it (cast to the real type afterwards); None: leave it out of the
     explicit schema so that the reader infers it (a null type there would reject every value)."""
@@ -228,7 +84,7 @@ def _parse_field(field: pa.Field, path: str, omit_null: bool) -> pa.Field | None
     if types.is_struct(kind):
         children = [_parse_field(f, f"{path}.{f.name}", omit_null) for f in kind]
         return field.with_type(pa.struct([f for f in children if f is not None]))
-    if _is_list(kind) or types.is_fixed_size_list(kind):
+    if is_list(kind) or types.is_fixed_size_list(kind):
         item = _parse_field(kind.value_field, f"{path}[]", omit_null)
         return None if item is None else field.with_type(pa.list_(item))
     if types.is_large_string(kind) or types.is_date(kind) or types.is_string_view(kind):
@@ -259,7 +115,7 @@ def _grown(known: pa.DataType, parsed: pa.DataType) -> pa.DataType:
             for f in known
         ]
         return pa.struct(fields + [f.with_nullable(True) for f in parsed if f.name not in names])
-    if _is_list(known) and _is_list(parsed):
+    if is_list(known) and is_list(parsed):
         item = known.value_field
         grown = item.with_type(_grown(item.type, parsed.value_type))
         return pa.large_list(grown) if pa.types.is_large_list(known) else pa.list_(grown)
@@ -758,7 +614,7 @@ def _checker(kind: pa.DataType, closed: bool) -> _Check:
             return None
 
         return check_struct
-    if _is_list(kind) or types.is_fixed_size_list(kind):
+    if is_list(kind) or types.is_fixed_size_list(kind):
         item_check = _checker(kind.value_type, closed)
 
         def check_list(value: Any) -> tuple[str, list[str], Any] | None:

@@ -17,11 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connector.errors import LakesinkError
-from connector.messages import StagedFile
-from participant.convert import conform, unify
+from connector.protocol.messages import StagedFile
+from connector.schema.algebra import conform, unify
+from connector.table.datafiles import ROW_GROUP_ROWS
 
-ROW_GROUP_ROWS = 128 * 1024
-"""Rows per Parquet row group: large enough for Spark's vectorised reader, small enough to split."""
 CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

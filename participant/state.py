@@ -14,7 +14,7 @@ from typing import TypeAlias
 
 from connector.clock import Clock, SystemClock
 from connector.errors import ProtocolError
-from connector.messages import (
+from connector.protocol.messages import (
     AckCommit,
     EndCommit,
     Message,
@@ -79,6 +79,11 @@ class CommitConsumerOffset:
 
 
 Effect: TypeAlias = Seek | Resume | Pause | Discard | Forget | Flush | Send | CommitConsumerOffset
+
+IGNORE_REASONS = ("other_connector", "older_epoch", "other_txn", "not_in_txn", "duplicate_start", "stale_start",
+                  "duplicate_end", "duplicate_ack", "older_ack")
+"""The stats that count a control message this machine ignored (control_messages_ignored_total);
+`not_for_participants` (another partition's WRITE-STATUS, PROGRESS, ASSIGNMENT) is routine traffic and not counted."""
 
 
 class ParticipantState:

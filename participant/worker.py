@@ -16,18 +16,23 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from confluent_kafka import TopicPartition as KafkaTP
 
 from connector import logs
-from connector.channel import ControlChannel
+from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
+from connector.protocol.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, RecordError, SetupError
 from connector.faults import fault_point
-from connector.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
+from connector.loop import run_until_stopped
+from connector.protocol.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
-from connector.table import DeltaTableSink, staging_root, txn_tag
-from participant.convert import Converter, RecordFailure, schema_from_text
+from connector.table.sink import DeltaTableSink, staging_root, txn_tag
+from connector.schema.algebra import schema_from_text
+from connector.schema.columns import META_COLUMNS
+from participant.convert import Converter, RecordFailure
 from participant.filegroup import FileGroupWriter
 from participant.membership import WorkerIdentity
 from participant.state import (
+    IGNORE_REASONS,
     CommitConsumerOffset,
     Discard,
     Effect,
@@ -43,13 +48,7 @@ from participant.state import (
 
 log = logging.getLogger(__name__)
 
-# Participant stats that count a control message it ignored; `not_for_participants` (another partition's
-# WRITE-STATUS, PROGRESS) is routine traffic and not counted.
-IGNORE_REASONS = ("other_connector", "older_epoch", "other_txn", "not_in_txn", "duplicate_start", "stale_start",
-                  "duplicate_end", "duplicate_ack", "older_ack")
-CHANNEL_IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 
-META_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 _NO_SEEK = object()
 REPLAY_LAST = 1000
 """How many of the control topic's newest messages a starting worker reads for the newest START (and its END)."""
@@ -166,12 +165,7 @@ class Worker:
                 self._identity.release()
 
     def run(self, stop: threading.Event) -> None:
-        self.open()
-        try:
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.close()
+        run_until_stopped(self, stop)
 
     def step(self, control_timeout_s: float = 0.0, consume_timeout_s: float = 0.05) -> None:
         """One round: control messages first (they may pause or seek), then one batch of records."""

@@ -14,7 +14,7 @@ def kafka_broker(tmp_path_factory):
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield None
         return
-    from connector.kafka_local import LocalKafka
+    from connector.kafka.local import LocalKafka
 
     broker = LocalKafka(tmp_path_factory.mktemp("kafka"), heap="768m")
     broker.start()
@@ -37,7 +37,7 @@ def admin(kafka_bootstrap):
 @pytest.fixture
 def make_topic(admin):
     """Create a uuid-named topic with N partitions; returns its name."""
-    from tests.support import create_topic
+    from bench.harness import create_topic
 
     def make(partitions: int = 1, prefix: str = "t") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.harness import PARTICIPANT_STEPS, chaos_config, expected_ranges
-from tests.support import wait_until
+from bench.harness import chaos_config
+from tests.chaos.harness import PARTICIPANT_STEPS, expected_ranges
+from bench.harness import wait_until
 
 pytestmark = pytest.mark.chaos
 

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from connector.channel import read_tail
-from connector.messages import AckCommit, Assignment, StartCommit, WriteStatus
-from tests.chaos.harness import chaos_config, expected_ranges
-from tests.support import wait_until
+from connector.protocol.channel import read_tail
+from connector.protocol.messages import AckCommit, Assignment, StartCommit, WriteStatus
+from bench.harness import chaos_config
+from tests.chaos.harness import expected_ranges
+from bench.harness import wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -138,7 +139,7 @@ def test_a_round_waiting_for_a_dead_worker_says_so_and_its_restart_ends_the_wait
     import sys
     import urllib.request
 
-    from connector.kafka_local import free_port
+    from connector.kafka.local import free_port
 
     interval_ms, port = 2000, free_port()
     topic = make_topic(partitions=2)

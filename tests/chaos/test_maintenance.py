@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from tests.chaos.harness import chaos_config, expected_ranges
-from tests.support import wait_until
+from bench.harness import chaos_config
+from tests.chaos.harness import expected_ranges
+from bench.harness import wait_until
 
 pytestmark = pytest.mark.chaos
 

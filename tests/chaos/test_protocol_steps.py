@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.chaos.harness import COORDINATOR_STEPS, chaos_config, expected_ranges
+from bench.harness import chaos_config
+from tests.chaos.harness import COORDINATOR_STEPS, expected_ranges
 
 pytestmark = pytest.mark.chaos
 

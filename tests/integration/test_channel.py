@@ -6,15 +6,15 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from connector.channel import ControlChannel, ensure_control_topic
+from connector.protocol.channel import ControlChannel, ensure_control_topic
 from connector.clock import FakeClock
 from connector.errors import ProtocolError
-from connector.messages import AckCommit, EndCommit, StartCommit, WriteStatus
+from connector.protocol.messages import EndCommit, StartCommit
 from coordinator import state as cstate
 from coordinator.state import CoordinatorState
 from participant import state as pstate
 from participant.state import ParticipantState
-from tests.support import create_topic, wait_until
+from bench.harness import create_topic, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The Delta commit of staged files through delta-spark's transaction log, on real tables (connector.delta_log)."""
+"""The Delta commit of staged files through delta-spark's transaction log, on real tables (connector.table.delta_log)."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connector.datafiles import place
-from connector.delta_log import DeltaLogCommitter, TableExistsError
+from connector.table.datafiles import place
+from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +96,7 @@ def test_staged_files_of_a_known_table_already_have_its_schema_so_no_commit_rewr
 
     from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
-    from connector.table import DeltaTableSink
+    from connector.table.sink import DeltaTableSink
     from participant.convert import Converter
     from participant.filegroup import FileGroupWriter
 

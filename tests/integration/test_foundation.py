@@ -6,7 +6,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.support import wait_until
+from bench.harness import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -19,16 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import (
-    LakesinkProcess,
-    PacedProducer,
-    audit,
-    exactly_once,
-    pipeline_config,
-    produce_json,
-    table_offsets,
-    wait_until,
-)
+from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from tests.support import PacedProducer, produce_json
 
 pytestmark = pytest.mark.integration
 
@@ -136,9 +128,9 @@ def _read_dlq(bootstrap: str, topic: str, expected: int, timeout_s: float) -> li
 
 
 def test_dead_letters_metrics_health_progress_and_json_logs_in_one_run(kafka_bootstrap, make_topic, tmp_path):
-    from connector.channel import read_tail
+    from connector.protocol.channel import read_tail
     from connector.config import load_config
-    from connector.messages import Progress
+    from connector.protocol.messages import Progress
 
     topic, dlq = make_topic(partitions=2), make_topic(partitions=1, prefix="dlq")
     port = _free_port()
@@ -339,9 +331,9 @@ def test_records_consumed_while_the_first_commit_creates_the_table_are_held_to_i
     import os
     import signal
 
-    from connector.channel import read_tail
+    from connector.protocol.channel import read_tail
     from connector.config import load_config
-    from connector.messages import StartCommit
+    from connector.protocol.messages import StartCommit
 
     topic, dlq = make_topic(partitions=2), make_topic(partitions=1, prefix="dlq")
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{

@@ -9,16 +9,8 @@ import time
 
 import pytest
 
-from tests.support import (
-    LakesinkProcess,
-    PacedProducer,
-    audit,
-    exactly_once,
-    pipeline_config,
-    produce_json,
-    table_offsets,
-    wait_until,
-)
+from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from tests.support import PacedProducer, produce_json
 
 pytestmark = pytest.mark.integration
 

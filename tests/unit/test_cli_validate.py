@@ -1,7 +1,7 @@
 """`lakesink validate`: every problem of a bad file listed with a clear message, exit 2; exit 0 when valid."""
 from __future__ import annotations
 
-from connector.cli import main
+from connector.app.cli import main
 
 BAD = """\
 name=bad name!

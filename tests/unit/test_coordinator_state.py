@@ -2,7 +2,7 @@ import pytest
 
 from connector.clock import FakeClock
 from connector.errors import ProtocolError
-from connector.messages import (
+from connector.protocol.messages import (
     AckCommit,
     Assignment,
     EndCommit,

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connector.datafiles import file_stats, partition_types_supported, place
-from connector.delta_log import spark_schema_json
+from connector.table.datafiles import file_stats, partition_types_supported, place
+from connector.table.delta_log import spark_schema_json
 from connector.errors import CommitError
 
 

@@ -6,10 +6,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from connector.errors import LakesinkError
-from connector.messages import StagedFile
+from connector.protocol.messages import StagedFile
 from participant import filegroup
-from participant.convert import IncompatibleSchemas
-from participant.filegroup import ROW_GROUP_ROWS, FileGroupWriter
+from connector.schema.algebra import IncompatibleSchemas
+from connector.table.datafiles import ROW_GROUP_ROWS
+from participant.filegroup import FileGroupWriter
 
 
 def rows(start, count, **extra):

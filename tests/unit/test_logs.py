@@ -104,7 +104,7 @@ def test_secrets_never_reach_the_log(capture):
     handler = logs.setup_for(cfg)
     handler.setStream(buffer)
     try:
-        log = logging.getLogger("connector.service")
+        log = logging.getLogger("connector.app.service")
         log.info("starting with %s", cfg.describe())
         log.info("config object %r", cfg)
         log.error("connection failed: sasl.password=hunter2-very-secret rejected (ks-pass-123)")

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector.errors import ProtocolError
-from connector.messages import (
+from connector.protocol.messages import (
     SCHEMA_VERSION,
     AckCommit,
     Assignment,
@@ -286,7 +286,7 @@ def test_an_arrow_schema_travels_as_text() -> None:
     import pyarrow as pa
 
     from connector.errors import LakesinkError
-    from participant.convert import schema_from_text, schema_to_text
+    from connector.schema.algebra import schema_from_text, schema_to_text
 
     schema = pa.schema([("id", pa.int64()), ("at", pa.timestamp("us", "UTC")),
                         ("tags", pa.list_(pa.string())), ("where", pa.struct([("city", pa.string())]))])

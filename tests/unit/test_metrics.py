@@ -11,9 +11,9 @@ import urllib.request
 import prometheus_client
 import pytest
 
-from connector import service
+from connector.app import service
 from connector.config import config_from_dict
-from connector.messages import StartCommit
+from connector.protocol.messages import StartCommit
 from connector.metrics import LAG_REFRESH_S, Metrics, MetricsServer
 from participant.state import ParticipantState
 
@@ -108,7 +108,7 @@ def test_roles_health_reports_starting_ok_stalled_and_failed():
     roles.add("coordinator", stalls)
     runner = threading.Thread(target=roles.run, kwargs={"shutdown_timeout_s": 5}, daemon=True)
     runner.start()
-    from tests.support import wait_until
+    from bench.harness import wait_until
 
     def worker_running():
         ok, body = roles.health()
@@ -359,7 +359,7 @@ class RecordingChannel:
 def test_a_pipelined_start_never_deletes_a_reported_file_group(tmp_path):
     from pathlib import Path
 
-    from connector.messages import AckCommit, EndCommit, WriteStatus
+    from connector.protocol.messages import AckCommit, EndCommit, WriteStatus
 
     worker, runner = consuming_worker(tmp_path)
     worker._consumer, worker._channel = RecordingConsumer(), RecordingChannel()

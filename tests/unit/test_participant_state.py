@@ -2,7 +2,7 @@ import pytest
 
 from connector.clock import FakeClock
 from connector.errors import ProtocolError
-from connector.messages import AckCommit, EndCommit, Progress, StagedFile, StartCommit, WriteStatus
+from connector.protocol.messages import AckCommit, EndCommit, Progress, StagedFile, StartCommit, WriteStatus
 from participant.state import (
     CommitConsumerOffset,
     Discard,

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from connector.clock import FakeClock
-from connector.messages import (
+from connector.protocol.messages import (
     AckCommit,
     Assignment,
     DecodeError,

@@ -7,7 +7,7 @@ import pytest
 
 from connector import jars
 from connector.errors import SetupError
-from connector.kafka_local import HOST, LocalKafka
+from connector.kafka.local import HOST, LocalKafka
 
 
 def test_missing_java_says_what_to_install(monkeypatch):

@@ -1,9 +1,9 @@
-"""connector/status.py without a broker: the control-topic view and the rendering."""
+"""connector/app/status.py without a broker: the control-topic view and the rendering."""
 from __future__ import annotations
 
-from connector.messages import AckCommit, Assignment, EndCommit, Progress, StartCommit, WriteStatus
-from connector.status import control_view, render
-from connector.watermarks import lag
+from connector.protocol.messages import AckCommit, Assignment, EndCommit, Progress, StartCommit, WriteStatus
+from connector.app.status import control_view, render
+from connector.kafka.watermarks import lag
 
 T0 = 1_700_000_000.0
 

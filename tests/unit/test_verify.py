@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from connector import verify
+from connector.app import verify
 from connector.config import config_from_dict
-from connector.messages import txn_version
-from connector.verify import KafkaCheck, PartitionReport, analyse, analyse_partition, classify_missing
+from connector.protocol.messages import txn_version
+from connector.app.verify import KafkaCheck, PartitionReport, analyse, analyse_partition, classify_missing
 
 T = "events"
 
@@ -221,7 +221,7 @@ def config_file(tmp_path: Path, **extra) -> Path:
 
 
 def run_cli(*argv: str) -> int:
-    from connector.cli import main
+    from connector.app.cli import main
 
     return main(["verify", *argv])
 
@@ -316,7 +316,7 @@ def test_an_epoch_claim_overtaken_by_an_older_commit_reads_that_commits_offsets(
     carrying offset 10 forward: recovery and verify both take e1t2's offsets, so rows 10..19 are committed."""
     import deltalake
 
-    from connector.table import DeltaTableSink
+    from connector.table.sink import DeltaTableSink
 
     path = tmp_path / "events"
 

@@ -8,7 +8,7 @@ from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from connector.messages import Offsets, TopicPartition
+from connector.protocol.messages import Offsets, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ def _cmd_deps(args) -> int:
 
 
 def _cmd_kafka(args) -> int:
-    from connector import kafka_local
+    from connector.kafka import local as kafka_local
 
     if args.action == "start":
         st = kafka_local.start_detached(port=args.port, timeout_s=args.timeout)
@@ -34,9 +34,10 @@ def _cmd_kafka(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from connector import demo
+    from connector.app import demo
 
-    return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker)
+    return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker,
+                         verbose=args.verbose)
 
 
 def _load(args):
@@ -47,7 +48,7 @@ def _load(args):
 
 def _cmd_run(args) -> int:
     from connector.logs import setup_for
-    from connector.service import run_roles
+    from connector.app.service import run_roles
 
     cfg = _load(args)
     setup_for(cfg, verbose=args.verbose)
@@ -56,13 +57,13 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    from connector.status import print_status
+    from connector.app.status import print_status
 
     return print_status(_load(args), as_json=args.json)
 
 
 def _cmd_verify(args) -> int:
-    from connector import verify
+    from connector.app import verify
 
     return verify.main(_load(args), as_json=args.json, use_kafka=not args.no_kafka)
 
@@ -82,7 +83,7 @@ def _cmd_validate(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesink", description="Sink Kafka topics into Delta tables exactly once.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; for demo, also the output of Kafka, Spark and the JVM (else in a file)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("deps", help="fetch the Kafka and Delta jars from Maven Central into the cache (once)")

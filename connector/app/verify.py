@@ -1,7 +1,7 @@
 """`lakesink verify`: audit a lakesink table against its committed offsets and, when reachable, Kafka.
 
 Read-only. From one Delta snapshot (JVM-free, delta-rs) it takes the connector's txn version, the manifest of
-that version (the committed offsets, I1/I2) and the `_kafka_topic/_kafka_partition/_kafka_offset` columns, and
+that version (the committed offsets, I1/I2 of docs/ARCHITECTURE.md) and the `_kafka_topic/_kafka_partition/_kafka_offset` columns, and
 reports per partition:
 
 - rows, and **duplicated** rows (an offset present more than once);
@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.config import LakesinkConfig
+from connector.schema.columns import COORDINATES
 from connector.errors import LakesinkError
 
 log = logging.getLogger(__name__)
 
-COORDINATES = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 DLQ_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__connect.errors.offset")
 MERGE_DISTANCE = 10_000
 """Missing ranges closer than this many offsets are read from Kafka in one pass instead of one seek each."""
@@ -62,7 +62,7 @@ def read_committed(table_path: str, app_id: str) -> CommittedState:
     `DeltaTableSink.recover` this drops nothing: manifests above the txn version are left alone."""
     import deltalake
 
-    from connector.table import DeltaTableSink
+    from connector.table.sink import DeltaTableSink
 
     try:
         dt = deltalake.DeltaTable(table_path)
@@ -235,7 +235,7 @@ class KafkaCheck:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:
         from confluent_kafka import TopicPartition
 
-        from connector.channel import watermarks
+        from connector.protocol.channel import watermarks
 
         try:
             low, high = watermarks(self._consumer, TopicPartition(topic, partition), self.timeout_s)

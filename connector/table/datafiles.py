@@ -24,8 +24,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from connector.errors import CommitError
-from participant.filegroup import ROW_GROUP_ROWS
-
+ROW_GROUP_ROWS = 128 * 1024
+"""Rows per Parquet row group of a data file (staged or split): large enough for Spark's vectorised reader,
+small enough to split."""
 INDEXED_COLUMNS = 32
 """Delta's default `delta.dataSkippingNumIndexedCols`: statistics for the first 32 columns."""
 STRING_STATS_CHARS = 32

@@ -64,7 +64,7 @@ class _Envelope:
 class StartCommit(_Envelope):
     offsets: Offsets
     # Before the table exists, a START sent while the previous txn's commit creates the table carries that
-    # table's Arrow schema (base64 IPC, participant.convert.schema_to_text): participants convert into it as
+    # table's Arrow schema (base64 IPC, connector.schema.algebra.schema_to_text): participants convert into it as
     # they would into the table's, instead of inferring a schema that commit may not accept.
     schema: str | None = None
 
@@ -197,12 +197,13 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _encode_offsets(offsets: Offsets) -> list[dict[str, Any]]:
+def encode_offsets(offsets: Offsets) -> list[dict[str, Any]]:
+    """Offsets as JSON: `[{"topic", "partition", "offset"}]`, sorted. Control messages and manifests alike."""
     return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
 
 
 def _encode_optional_offsets(offsets: Offsets | None) -> list[dict[str, Any]] | None:
-    return None if offsets is None else _encode_offsets(offsets)
+    return None if offsets is None else encode_offsets(offsets)
 
 
 def _encode_partitions(partitions: tuple[TopicPartition, ...]) -> list[dict[str, Any]]:
@@ -265,7 +266,8 @@ def _member(item: dict[str, Any], key: str, decoder: Callable[[object], Any]) ->
     return decoder(item[key])
 
 
-def _decode_offsets(value: object) -> Offsets:
+def decode_offsets(value: object) -> Offsets:
+    """The inverse of encode_offsets; raises DecodeError for anything else."""
     offsets: Offsets = {}
     for item in _list_of_objects(value):
         tp = (_member(item, "topic", _str), _member(item, "partition", _count))
@@ -276,7 +278,7 @@ def _decode_offsets(value: object) -> Offsets:
 
 
 def _decode_optional_offsets(value: object) -> Offsets | None:
-    return None if value is None else _decode_offsets(value)
+    return None if value is None else decode_offsets(value)
 
 
 def _decode_partitions(value: object) -> tuple[TopicPartition, ...]:
@@ -310,7 +312,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "next_offset": _optional_count,
     "table_version": _optional_count,
     "sent_at": _float,
-    "offsets": _decode_offsets,
+    "offsets": decode_offsets,
     "partitions": _decode_partitions,
     "files": _decode_files,
     "payload": _object,

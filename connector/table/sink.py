@@ -1,4 +1,4 @@
-"""The Delta table: the source of truth for data and offsets (DESIGN I1-I4).
+"""The Delta table: the source of truth for data and offsets (invariants I1-I4 of docs/ARCHITECTURE.md).
 
 Reads (committed offsets, txn version, schema) are JVM-free through delta-rs (`deltalake`); the coordinator's
 commit goes through delta-spark's transaction log. A commit is a numbered recipe, each step idempotent:
@@ -8,9 +8,9 @@ commit goes through delta-spark's transaction log. A commit is a numbered recipe
   2. place the staged files in the table directory as they are and add them all in ONE Delta commit together
      with the txn action (app id `<connector>`, version `<version>`), read inside the same transaction;
   3. verify that the table's txn version is now `<version>` and the manifest is ours, else `FencedError`;
-  (the runtime then ACKs and calls `clean_staging`).
+  (the coordinator then calls `clean_staging` and `prune_manifests`, sends PROGRESS, and last ACK-COMMIT).
 
-`version = epoch << 32 | txn` (connector.messages.txn_version): a coordinator claims a new epoch with a
+`version = epoch << 32 | txn` (connector.protocol.messages.txn_version): a coordinator claims a new epoch with a
 commit of its own before its first START, so Delta skips any later write of an older epoch.
 """
 from __future__ import annotations
@@ -29,11 +29,19 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connector.datafiles import partition_types_supported, place
-from connector.delta_log import DeltaLogCommitter, TableExistsError
+from connector.table.datafiles import partition_types_supported, place
+from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 from connector.errors import CommitError, FencedError
 from connector.faults import fault_point
-from connector.messages import Offsets, WriteStatus, split_version, txn_version
+from connector.protocol.messages import (
+    DecodeError,
+    Offsets,
+    WriteStatus,
+    decode_offsets,
+    encode_offsets,
+    split_version,
+    txn_version,
+)
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +160,11 @@ class DeltaTableSink:
                             "was committed in between: its offsets are the committed ones", version,
                             manifest.get("base_version"), overtaking)
                 return self.offsets_at(overtaking, latest_table_version)
-        return _decode_offsets(manifest["offsets"])
+        try:
+            return decode_offsets(manifest["offsets"])
+        except (KeyError, DecodeError) as exc:
+            raise CommitError(f"manifest {self._manifest_path(version)} holds no readable offsets ({exc}): restore "
+                              f"it from a backup of the table's _lakesink folder") from None
 
     def _overtaking_commit(self, claim: int, base: int | None, base_table_version: int,
                            latest_table_version: int) -> int | None:
@@ -200,7 +212,7 @@ class DeltaTableSink:
         epoch, txn = split_version(version)
         body = {
             "version": version, "epoch": epoch, "txn": txn, "instance": self.instance, "connector": self.app_id,
-            "offsets": _encode_offsets(offsets), "created_at": time.time(),
+            "offsets": encode_offsets(offsets), "created_at": time.time(),
             "groups": [{"topic": s.topic, "partition": s.partition, "start_offset": s.start_offset,
                         "next_offset": s.next_offset, "rows": s.rows, "files": [f.path for f in s.files]}
                        for s in statuses],
@@ -265,8 +277,8 @@ class DeltaTableSink:
         return CommitResult(version, self.table_version(), rows, nbytes, nfiles)
 
     def _append(self, version: int, paths: list[str], expect_new_table: bool) -> None:
-        """Step 2: the staged files become the table's data files (connector.datafiles) and one Delta commit adds
-        them with the txn action (connector.delta_log). A partition column of a type Delta partition values are
+        """Step 2: the staged files become the table's data files (connector.table.datafiles) and one Delta commit adds
+        them with the txn action (connector.table.delta_log). A partition column of a type Delta partition values are
         not written for here (timestamps, decimals, floats) takes the slow path: a Spark job rewrites the files."""
         spark = self._spark()
         epoch, txn = split_version(version)
@@ -381,7 +393,7 @@ class DeltaTableSink:
 def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
     """One schema for all staged files: the table's (grown when evolving) or, for a new table, the unified
     schema of the files. A file whose schema differs is rewritten conformed, in place, atomically."""
-    from participant.convert import conform
+    from connector.schema.algebra import conform
 
     schemas = [pq.read_schema(p) for p in paths]
     target = _target_schema(schemas, table_schema, evolve)
@@ -398,7 +410,7 @@ def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: boo
 def _target_schema(schemas: list[pa.Schema], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
     """The table's schema after a commit of files with `schemas`: theirs unified for a new table, the table's
     grown by them when evolving, else the table's."""
-    from participant.convert import unify
+    from connector.schema.algebra import unify
 
     if table_schema is None:
         return unify(schemas)
@@ -411,14 +423,6 @@ def _spark_schema(spark, schema: pa.Schema | None):
     if schema is None:
         raise CommitError("cannot write an empty commit to a table that does not exist yet")
     return from_arrow_schema(schema)
-
-
-def _encode_offsets(offsets: Offsets) -> list[dict]:
-    return [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())]
-
-
-def _decode_offsets(items: list[dict]) -> Offsets:
-    return {(i["topic"], int(i["partition"])): i["offset"] for i in items}
 
 
 def _short(exc: BaseException) -> str:

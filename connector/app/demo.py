@@ -1,13 +1,17 @@
 """The embedded default: a local broker, a demo topic of sample events, sunk into a local Delta table."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from connector import jars
-from connector.kafka_local import LocalKafka
+from connector.kafka.local import LocalKafka
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +40,45 @@ def produce_sample_events(bootstrap: str, topic: str, records: int, partitions: 
     producer.flush(60)
 
 
-def run_demo(records: int, partitions: int, keep_broker: bool = False, timeout_s: float = 600) -> int:
+@contextlib.contextmanager
+def _third_party_output_to(path: Path | None) -> Iterator[None]:
+    """Send what the JVM (Spark, log4j), librdkafka and py4j write to the process's stderr into `path`, and
+    lakesink's own log lines to stdout, until the block ends; `None` leaves everything where it is (--verbose)."""
+    if path is None:
+        yield
+        return
+    from connector.logs import setup_logging
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as sink:
+        os.dup2(sink.fileno(), 2)  # the JVM and librdkafka inherit and write to fd 2
+    setup_logging("INFO", "text", "demo", stream=sys.stdout)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        print(f"(the broker's, Spark's and the Kafka clients' own output: {path})", flush=True)
+
+
+def run_demo(records: int, partitions: int, keep_broker: bool = False, timeout_s: float = 600,
+             verbose: bool = False) -> int:
+    """The demo; unless `verbose`, the output of Kafka, Spark and the JVM goes to a file under the demo folder."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with _third_party_output_to(None if verbose else demo_dir() / f"demo-{stamp}.log"):
+        return _run_demo(records, partitions, keep_broker, timeout_s, stamp)
+
+
+def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float, stamp: str) -> int:
     from connector.config import config_from_dict
-    from connector.service import Roles, install_signal_handlers
+    from connector.app.service import Roles, install_signal_handlers
     from coordinator.service import CoordinatorService
     from participant.worker import Worker
 
     root = demo_dir()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     broker = LocalKafka(root / f"kafka-{stamp}")
     print("starting a local Kafka broker (KRaft) from Maven Central jars ...", flush=True)
     broker.start()

@@ -13,10 +13,10 @@ from typing import IO, Any
 
 from confluent_kafka.admin import AdminClient
 
-from connector.channel import read_tail
+from connector.protocol.channel import read_tail
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
-from connector.messages import (
+from connector.protocol.messages import (
     AckCommit,
     Assignment,
     EndCommit,
@@ -26,8 +26,8 @@ from connector.messages import (
     WriteStatus,
     split_version,
 )
-from connector.table import DeltaTableSink
-from connector.watermarks import lag, list_offsets
+from connector.table.sink import DeltaTableSink
+from connector.kafka.watermarks import lag, list_offsets
 
 TAIL = 2000
 """How many of the control topic's newest messages are read."""

@@ -16,12 +16,14 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Pr
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connector.errors import ProtocolError, SetupError
-from connector.messages import DecodeError, EndCommit, Message, StartCommit, UnknownMessageType, decode, encode
+from connector.protocol.messages import DecodeError, EndCommit, Message, StartCommit, UnknownMessageType, decode, encode
 
 log = logging.getLogger(__name__)
 
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
               KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN}
+IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
+"""What the channel drops before any state machine sees it (its stats, control_messages_ignored_total)."""
 CONTROL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 
 
