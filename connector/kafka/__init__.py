@@ -1,0 +1,1 @@
+"""Kafka beyond the control topic: the local broker for demos and tests, watermarks and lag."""
