@@ -800,7 +800,7 @@ def child_profile(args) -> int:
     import functools
     import logging
 
-    from connector import table as table_module
+    from connector.table import sink as table_module
     from connector.protocol.channel import ControlChannel
     from connector.config import load_config
     from connector.table.delta_log import DeltaLogCommitter
