@@ -59,3 +59,19 @@ def spark():
 @pytest.fixture
 def table_path(tmp_path) -> Path:
     return tmp_path / f"table_{uuid.uuid4().hex[:8]}"
+
+
+_FIGURES: list[str] = []
+
+
+@pytest.fixture
+def report():
+    """`report(line)`: a figure a test measured, printed in the session's summary (CI output shows it)."""
+    return _FIGURES.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _FIGURES:
+        terminalreporter.section("figures measured by the tests")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)

@@ -30,7 +30,7 @@ def start_of(messages, epoch: int, txn: int) -> StartCommit | None:
 
 @pytest.mark.parametrize("delay_ms", [2500, 7000], ids=["channel-opens-after-start", "channel-opens-after-end"])
 def test_a_worker_whose_control_channel_opens_late_still_completes_the_first_round(
-        kafka_bootstrap, make_topic, tmp_path, cluster_of, delay_ms):
+        kafka_bootstrap, make_topic, tmp_path, cluster_of, report, delay_ms):
     """The bench's 300 s stall: in `lakesink run` the coordinator's first START went out before the worker's control
     channel was open, the worker ignored the END of a txn it had not seen, and the round waited for its timeout."""
     interval_ms = 5000
@@ -45,7 +45,7 @@ def test_a_worker_whose_control_channel_opens_late_still_completes_the_first_rou
     messages = wait_until(lambda: c.assert_alive(run) or (
         (ms := control(c, kafka_bootstrap, name)) and start_of(ms, 1, 2) and ms), 90, "txn 1 to complete")
     round_s = start_of(messages, 1, 2).sent_at - start_of(messages, 1, 1).sent_at
-    print(f"\nworker control channel opened {delay_ms / 1000:g} s late: txn 1 complete {round_s:.1f} s after its "
+    report(f"worker control channel opened {delay_ms / 1000:g} s late: txn 1 complete {round_s:.1f} s after its "
           f"START (interval {interval_ms / 1000:g} s)")
     bound_s = max(2 * interval_ms, delay_ms + interval_ms) / 1000
     assert round_s < bound_s, f"txn 1 took {round_s:.1f} s: the round waited for the missing partitions"
@@ -56,7 +56,7 @@ def test_a_worker_whose_control_channel_opens_late_still_completes_the_first_rou
 
 
 def test_run_restarted_after_sigkill_commits_again_without_waiting_for_the_dead_member(
-        kafka_bootstrap, make_topic, tmp_path, cluster_of):
+        kafka_bootstrap, make_topic, tmp_path, cluster_of, report):
     """Static membership: the restarted worker is the member it was, so it gets its partitions back at once instead
     of after the dead member's session (45 s here, to make the difference plain)."""
     topic = make_topic(partitions=4)
@@ -73,7 +73,7 @@ def test_run_restarted_after_sigkill_commits_again_without_waiting_for_the_dead_
     second = c.start("run")
     c.wait_rows_above(rows, (second,), timeout_s=60, what="a commit of the restarted run")
     took = time.monotonic() - restarted_at
-    print(f"\nlakesink run restarted after SIGKILL: first commit {took:.1f} s after the start "
+    report(f"lakesink run restarted after SIGKILL: first commit {took:.1f} s after the start "
           f"(consumer session of the dead member: 45 s)")
     assert took < 30, f"the restarted run took {took:.1f} s to commit: it waited for the dead member's session"
     stream.stop()
@@ -81,7 +81,8 @@ def test_run_restarted_after_sigkill_commits_again_without_waiting_for_the_dead_
     c.verify()
 
 
-def test_adding_and_removing_a_worker_costs_at_most_a_round(kafka_bootstrap, make_topic, tmp_path, cluster_of):
+def test_adding_and_removing_a_worker_costs_at_most_a_round(kafka_bootstrap, make_topic, tmp_path, cluster_of,
+                                                            report):
     interval_ms, session_ms = 2000, 15000
     topic = make_topic(partitions=4)
     name = f"scale-{int(time.time())}"
@@ -113,14 +114,14 @@ def test_adding_and_removing_a_worker_costs_at_most_a_round(kafka_bootstrap, mak
     ack = wait_until(lambda: c.assert_alive(coordinator, a, b) or committed_with(joined.worker, added_at), 60,
                      f"a commit with a write status from {joined.worker}")
     add_s = ack.sent_at - added_at
-    print(f"\nworker added: its partitions committed {add_s:.1f} s after it started")
+    report(f"worker added: its partitions committed {add_s:.1f} s after it started")
 
     assert b.terminate() == 0
     removed_at = time.time()
     ack = wait_until(lambda: c.assert_alive(coordinator, a) or committed_with(None, removed_at), 60,
                      "a commit after the worker stopped")
     remove_s = ack.sent_at - removed_at
-    print(f"worker removed: next commit {remove_s:.1f} s after it stopped (interval {interval_ms / 1000:g} s; its "
+    report(f"worker removed: next commit {remove_s:.1f} s after it stopped (interval {interval_ms / 1000:g} s; its "
           f"partitions move after the consumer session, {session_ms / 1000:g} s)")
     assert remove_s < session_ms / 1000, "the round waited for the stopped worker's partitions"
     stream.stop()
@@ -133,7 +134,7 @@ def _workers_before(c, bootstrap: str, name: str, at: float) -> set[str]:
 
 
 def test_a_round_waiting_for_a_dead_worker_says_so_and_its_restart_ends_the_wait(
-        kafka_bootstrap, make_topic, tmp_path, cluster_of):
+        kafka_bootstrap, make_topic, tmp_path, cluster_of, report):
     import json
     import subprocess
     import sys
@@ -173,7 +174,7 @@ def test_a_round_waiting_for_a_dead_worker_says_so_and_its_restart_ends_the_wait
     restarted = c.start("worker", config=worker_config)
     c.wait_rows_above(rows, (coordinator, restarted), timeout_s=40, what="a commit after the worker's restart")
     took = time.monotonic() - restarted_at
-    print(f"\nworker SIGKILLed and restarted: commits again {took:.1f} s after its start (consumer session 45 s); "
+    report(f"worker SIGKILLed and restarted: commits again {took:.1f} s after its start (consumer session 45 s); "
           f"{len(warned)} WARNING(s) while it was away")
     assert took < 30, f"the restarted worker took {took:.1f} s: it waited for its dead predecessor's session"
     assert health()["status"] == "ok"
