@@ -69,6 +69,11 @@ class PartitionRunner:
     # its WRITE-STATUS (timeout, rebalance, restart) does not dead-letter its records a second time
     pending_failures: list = field(default_factory=list)
 
+    def forget_failures(self) -> None:
+        """A txn ends for this partition (reported, discarded or a new one begins): its failure counts start over."""
+        self.failed = self.dead_lettered = 0
+        self.pending_failures = []
+
     @property
     def key(self) -> tuple[str, int]:
         return self.state.topic_partition
@@ -217,8 +222,7 @@ class Worker:
                 self._seek(runner, effect.offset)
             elif isinstance(effect, Resume):
                 runner.writer = self._new_writer(runner)
-                runner.failed = runner.dead_lettered = 0
-                runner.pending_failures = []
+                runner.forget_failures()
                 if runner.pending_seek is _NO_SEEK and runner.delivered_next != runner.state.position:
                     self._seek(runner, runner.state.position)
                 self._consumer.resume([KafkaTP(topic, partition)])
@@ -226,16 +230,14 @@ class Worker:
                 self._consumer.pause([KafkaTP(topic, partition)])
             elif isinstance(effect, Discard):
                 self.metrics.offset_commit_skips.inc()
-                runner.pending_failures = []
-                runner.failed = runner.dead_lettered = 0
+                runner.forget_failures()
                 if runner.writer is not None:
                     runner.writer.discard()
                     runner.writer = None
             elif isinstance(effect, Forget):
                 # A reported file group (a START of the next txn while waiting for the ACK): the coordinator may
                 # be committing it right now, so its files stay; its staging is removed after a later commit.
-                runner.pending_failures = []
-                runner.failed = runner.dead_lettered = 0
+                runner.forget_failures()
                 runner.writer = None
             elif isinstance(effect, Flush):
                 fault_point("participant.after-end-received")
