@@ -27,6 +27,11 @@ class CommitError(LakesinkError):
     """A transaction could not be committed; the table and offsets are as they were before it."""
 
 
+class ConstraintViolationError(CommitError):
+    """A row breaks a rule of the table (CHECK, NOT NULL, a generated column) and errors.tolerance=none: the
+    connector stops, naming the rule and the record; nothing of the txn was committed."""
+
+
 class RecordError(LakesinkError):
     """A record could not be converted (and errors.tolerance does not allow skipping it)."""
 

@@ -18,7 +18,7 @@ from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
 from connector.protocol.channel import ControlChannel
 from connector.clock import Clock, SystemClock
 from connector.config import LakesinkConfig
-from connector.errors import CommitError, FencedError
+from connector.errors import CommitError, ConstraintViolationError, FencedError, LakesinkError
 from connector.faults import fault_point
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Assignment, EndCommit, Offsets, Progress, StartCommit, TopicPartition
@@ -62,7 +62,8 @@ class CoordinatorService:
         self.stats = CoordinatorStats()
         self._spark_factory = spark_factory or self._default_spark
         self.sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
-                                   spark_factory=self._spark_session)
+                                   spark_factory=self._spark_session, errors_tolerance=cfg.errors_tolerance,
+                                   dead_letter=self._dead_letter)
         self._spark_thread: threading.Thread | None = None
         self._spark_error: BaseException | None = None
         self._admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)})
@@ -120,6 +121,10 @@ class CoordinatorService:
         return self._spark_factory()
 
     def _begin(self) -> list[Effect]:
+        profile = self.sink.check_supported()
+        if profile is not None and not profile.fast_path:
+            log.info("%s is written through Delta's writer (%s)", self.cfg.table_path,
+                     "; ".join(profile.slow_path_reasons()))
         recovered = self.sink.recover()
         epoch = self.sink.claim_epoch(recovered)
         if recovered.table_version is not None:
@@ -227,6 +232,8 @@ class CoordinatorService:
             result = self.sink.commit(c.version, c.offsets, c.statuses, expect_new_table=not self._table_known)
         except FencedError:
             return self._after_fence()
+        except ConstraintViolationError:
+            raise
         except CommitError as exc:
             self.stats.commit_failures += 1
             self.metrics.txn_discarded.inc()
@@ -276,7 +283,8 @@ class CoordinatorService:
                    "txn_duration_s": None if txn_s is None else round(txn_s, 3),
                    "rows_per_s": round(result.rows / txn_s, 1) if txn_s else None,
                    "records_failed": sum(st.records_failed for st in c.statuses),
-                   "records_dead_lettered": sum(st.records_dead_lettered for st in c.statuses),
+                   "records_dead_lettered": sum(st.records_dead_lettered for st in c.statuses) + result.dead_lettered,
+                   "rows_rejected_by_constraints": result.dead_lettered,
                    "lag": sum(v for v in lags.values() if v is not None),
                    "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
                                for (t, p), o in sorted(c.offsets.items())]}
@@ -285,6 +293,55 @@ class CoordinatorService:
                  result.table_version, duration_s, payload["txn_duration_s"], payload["rows_per_s"], payload["lag"],
                  ", ".join(f"{t}-{p}@{o} lag {lags.get((t, p))}" for (t, p), o in sorted(c.offsets.items())))
         self._channel.send(Progress(self.cfg.name, c.epoch, c.txn, payload=payload))
+
+
+    def _dead_letter(self, violations) -> None:
+        """Rows the table's constraints reject: their original records, read back from Kafka, go to the
+        dead-letter topic with the constraint's name and expression in their headers. Returns once the broker
+        has acknowledged every one (the commit that skips them follows); raises otherwise."""
+        from confluent_kafka import Producer
+
+        from connector.kafka.refetch import fetch
+
+        cfg = self.cfg
+        coordinates = [(v.topic, v.partition, v.offset) for v in violations if v.offset is not None]
+        try:
+            originals = fetch(cfg.kafka_bootstrap_servers, dict(cfg.consumer_overrides), coordinates) if coordinates else {}
+        except LakesinkError as exc:
+            raise CommitError(f"rows rejected by the table's constraints cannot be dead-lettered: {exc}") from exc
+        failed: list[str] = []
+        producer = Producer({"bootstrap.servers": cfg.kafka_bootstrap_servers, "acks": "all",
+                             "enable.idempotence": True, "linger.ms": 5, **dict(cfg.producer_overrides)})
+
+        def delivered(error, _msg) -> None:
+            if error is not None:
+                failed.append(str(error))
+
+        for v in violations:
+            record = originals.get((v.topic, v.partition, v.offset))
+            headers = list(record.headers) if record else []
+            headers += [("__lakesink.errors.constraint.name", v.constraint.name.encode()),
+                        ("__lakesink.errors.constraint.expression", v.constraint.expression.encode())]
+            if cfg.errors_deadletterqueue_context_headers_enable:
+                headers += [("__connect.errors.connector.name", cfg.name.encode()),
+                            ("__connect.errors.exception.class.name", b"ConstraintViolation"),
+                            ("__connect.errors.exception.message",
+                             f"{v.where()} violates the {v.constraint.name} constraint ({v.constraint.expression}) "
+                             f"of {cfg.table_path}".encode("utf-8", "replace")[:4096])]
+                if record is not None:
+                    headers += [("__connect.errors.topic", record.topic.encode()),
+                                ("__connect.errors.partition", str(record.partition).encode()),
+                                ("__connect.errors.offset", str(record.offset).encode())]
+            producer.produce(cfg.errors_deadletterqueue_topic_name, key=record.key if record else None,
+                             value=record.value if record else v.row.encode(), headers=headers,
+                             timestamp=(record.timestamp_ms or 0) if record else 0, on_delivery=delivered)
+            producer.poll(0)
+        remaining = producer.flush(30)
+        if remaining or failed:
+            raise CommitError(f"{remaining + len(failed)} of {len(violations)} rejected row(s) were not acknowledged "
+                              f"by the dead-letter topic {cfg.errors_deadletterqueue_topic_name} "
+                              f"({failed[0] if failed else 'timed out'}); the txn is not committed")
+        self.metrics.dlq_produced.inc(len(violations))
 
 
 _SENT_STEPS = {StartCommit: "coordinator.after-start-sent", EndCommit: "coordinator.after-end-sent",

@@ -43,11 +43,15 @@ class DeltaLogCommitter:
                 "configuration": {}, "createdTime": int(time.time() * 1000)}}))
         elif schema is not None:
             current = json.loads(txn.metadata().json())["metaData"]
-            grown = spark_schema_json(schema)
-            if json.loads(grown) != json.loads(current["schemaString"]):
-                current["schemaString"] = grown
+            table = json.loads(current["schemaString"])
+            grown = added_columns(table, json.loads(spark_schema_json(schema)))
+            if grown != table:
+                current["schemaString"] = json.dumps(grown)
                 txn.updateMetadata(self._action({"metaData": current}), False)
-        actions = [self._action(a) for a in adds] + [self._action({"txn": {"appId": app_id, "version": version}})]
+        # lastUpdated: Delta expires a txn older than delta.setTransactionRetentionDuration; every commit of the
+        # connector refreshes its own
+        txn_action = {"txn": {"appId": app_id, "version": version, "lastUpdated": int(time.time() * 1000)}}
+        actions = [self._action(a) for a in adds] + [self._action(txn_action)]
         return int(txn.commit(self._seq(actions), self._write_operation(partition_by if is_new else (), user_metadata)))
 
     def _read_txn_version(self, txn, table_path: str, app_id: str) -> int:
@@ -98,6 +102,39 @@ class DeltaLogCommitter:
 
 class TableExistsError(Exception):
     """The commit expected to create the table, and another writer created it first."""
+
+
+def added_columns(table: dict, records: dict, path: str = "") -> dict:
+    """The table's schema (Delta's JSON form) with the columns and struct fields that only `records` has appended,
+    nullable. Every existing field keeps its type, nullability and metadata (comments, column-mapping ids,
+    generation expressions): evolution only adds. A field whose type differs is an IncompatibleSchemas error."""
+    from connector.schema.algebra import IncompatibleSchemas
+
+    have = {f["name"]: f for f in table.get("fields", [])}
+    fields = []
+    for f in table.get("fields", []):
+        other = next((o for o in records.get("fields", []) if o["name"] == f["name"]), None)
+        if other is not None and _shape(f["type"]) != _shape(other["type"]):
+            if isinstance(f["type"], dict) and isinstance(other["type"], dict) \
+                    and f["type"].get("type") == other["type"].get("type") == "struct":
+                f = {**f, "type": added_columns(f["type"], other["type"], f"{path}{f['name']}.")}
+            else:
+                raise IncompatibleSchemas(
+                    f"column '{path}{f['name']}' is {json.dumps(f['type'])} in the table and "
+                    f"{json.dumps(other['type'])} in the records: schema evolution only adds columns")
+        fields.append(f)
+    fields += [_nullable(o) for o in records.get("fields", []) if o["name"] not in have]
+    return {**table, "fields": fields}
+
+
+def _shape(kind):
+    """A Delta type without nullability and metadata: what must match for the table's type to hold the records'."""
+    if isinstance(kind, dict):
+        return {k: _shape(v) for k, v in kind.items()
+                if k not in ("nullable", "containsNull", "valueContainsNull", "metadata")}
+    if isinstance(kind, list):
+        return [_shape(v) for v in kind]
+    return kind
 
 
 def spark_schema_json(schema: pa.Schema) -> str:

@@ -22,16 +22,18 @@ import random
 import shutil
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from connector.table import delta_writer
 from connector.table.datafiles import partition_types_supported, place
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
-from connector.errors import CommitError, FencedError
+from connector.table.features import TableProfile, read_profile
+from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.faults import fault_point
 from connector.protocol.messages import (
     DecodeError,
@@ -87,6 +89,7 @@ class CommitResult:
     bytes: int
     files: int
     skipped_empty: bool = False
+    dead_lettered: int = 0  # rows the table's constraints rejected, sent to the dead-letter topic
 
 
 @dataclass
@@ -96,6 +99,10 @@ class DeltaTableSink:
     partition_by: tuple[str, ...] = ()
     schema_evolution: bool = False
     spark_factory: Callable[[], object] | None = None
+    errors_tolerance: str = "none"
+    # errors.tolerance=all: sends rows the table's constraints reject to the dead-letter topic and returns once
+    # the broker has acknowledged every one of them (raises otherwise)
+    dead_letter: Callable[[list[delta_writer.Violation]], None] | None = None
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     # --- JVM-free reads ------------------------------------------------------------------------------------
@@ -125,10 +132,24 @@ class DeltaTableSink:
         return dt.transaction_version(self.app_id) if dt is not None else None
 
     def arrow_schema(self) -> pa.Schema | None:
+        """The table's columns as Arrow, every one nullable: rows are staged in it, and the table's own rules
+        (NOT NULL among them) are enforced at the commit, where a violation is dead-lettered or named."""
         dt = self._delta()
         if dt is None:
             return None
-        return pa.schema(dt.schema().to_arrow())
+        return _relaxed(pa.schema(dt.schema().to_arrow()))
+
+    def profile(self) -> TableProfile | None:
+        """What the table demands of its writers (connector/table/features.py); None when it does not exist."""
+        dt = self._delta()
+        return read_profile(dt) if dt is not None else None
+
+    def check_supported(self) -> TableProfile | None:
+        """Raise UnsupportedTableError (one line, naming the feature) for a table lakesink cannot write."""
+        found = self.profile()
+        if found is not None:
+            found.check_supported(self.table_path)
+        return found
 
     def recover(self) -> Recovered:
         """Committed offsets from the table. Read-only: a manifest above the txn version was not committed *yet*
@@ -249,9 +270,12 @@ class DeltaTableSink:
             return CommitResult(version, None, 0, 0, 0, skipped_empty=True)
         self.write_manifest(version, offsets, statuses, claim_base)
         fault_point("coordinator.after-manifest")
+        rejected = 0
         try:
-            self._append(version, [f.path for f in files], expect_new_table)
-        except FencedError:
+            written = self._append(version, [f.path for f in files], expect_new_table)
+            if written is not None:
+                rows, rejected = written
+        except (FencedError, ConstraintViolationError):
             raise
         except Exception as exc:  # noqa: BLE001 - Spark raises py4j/analysis errors of many kinds
             current = self._safe_txn_version()
@@ -260,7 +284,8 @@ class DeltaTableSink:
             else:
                 raise CommitError(f"Delta append of txn version {version} to {self.table_path} failed: "
                                   f"{_short(exc)}") from exc
-        return self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
+        result = self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
+        return replace(result, dead_lettered=rejected)
 
     def _safe_txn_version(self) -> int | None:
         try:
@@ -276,22 +301,29 @@ class DeltaTableSink:
                               f"this coordinator: a newer epoch owns it; stepping down")
         return CommitResult(version, self.table_version(), rows, nbytes, nfiles)
 
-    def _append(self, version: int, paths: list[str], expect_new_table: bool) -> None:
+    def _append(self, version: int, paths: list[str], expect_new_table: bool) -> tuple[int, int] | None:
         """Step 2: the staged files become the table's data files (connector.table.datafiles) and one Delta commit adds
-        them with the txn action (connector.table.delta_log). A partition column of a type Delta partition values are
-        not written for here (timestamps, decimals, floats) takes the slow path: a Spark job rewrites the files."""
+        them with the txn action (connector.table.delta_log). A table whose features the fast path does not handle
+        (connector.table.features) is written by Delta's own writer (connector.table.delta_writer), as is a partition
+        column of a type Delta partition values are not written for here (timestamps, decimals, floats).
+        (rows written, rows rejected by the table's constraints) when Delta's writer ran, else None."""
         spark = self._spark()
         epoch, txn = split_version(version)
         user_metadata = json.dumps({"lakesink": {"epoch": epoch, "txn": txn, "instance": self.instance}})
         table_schema = self.arrow_schema()
+        profile = self.check_supported() if table_schema is not None else None
         schema = table_schema
         adds: list[dict] = []
         if paths:
             schema = _conform_files(paths, table_schema, self.schema_evolution)
+            if profile is not None and not profile.fast_path:
+                return self._append_with_delta_writer(spark, version, paths, schema, table_schema, profile,
+                                                      user_metadata)
             unsupported = partition_types_supported(schema, self.partition_by)
             if unsupported:
                 log.info("%s: appending txn version %d with a Spark job", unsupported, version)
-                return self._append_with_spark(spark, version, paths, schema, expect_new_table, user_metadata)
+                self._append_with_spark(spark, version, paths, schema, expect_new_table, user_metadata)
+                return None
             adds = [f.add_action() for f in place(paths, self.table_path, txn_tag(epoch, txn), self.partition_by,
                                                    schema)]
         try:
@@ -302,6 +334,42 @@ class DeltaTableSink:
         except Exception as exc:  # noqa: BLE001 - py4j raises the JVM's errors
             self._raise_if_created_by_another(exc, expect_new_table)
             raise
+        return None
+
+    def _append_with_delta_writer(self, spark, version: int, paths: list[str], schema: pa.Schema,
+                                  table_schema: pa.Schema, profile: TableProfile,
+                                  user_metadata: str) -> tuple[int, int]:
+        """Delta's writer appends the rows that satisfy the table's constraints; the others are dead-lettered
+        first (errors.tolerance=all) or stop the connector naming the first of them (none), before anything of
+        the txn is committed."""
+        log.debug("txn version %d goes through Delta's writer: %s", version, "; ".join(profile.slow_path_reasons()))
+        df = delta_writer.prepare(spark.read.schema(_spark_schema(spark, schema)).parquet(*paths), profile)
+        for column, explicit in profile.identity.items():
+            if explicit and column in df.columns and _all_null(paths, column):
+                df = df.drop(column)  # BY DEFAULT identity: Delta assigns the values no record gave
+        good, violations = delta_writer.split(df, profile, first_only=self.errors_tolerance != "all")
+        if violations and self.errors_tolerance != "all":
+            first = violations[0]
+            raise ConstraintViolationError(
+                f"{first.where()} violates the {first.constraint.name} constraint ({first.constraint.expression}) "
+                f"of {self.table_path}; errors.tolerance=none stops here and nothing of txn version {version} was "
+                f"committed: fix the record or the constraint, or set errors.tolerance=all to dead-letter such rows")
+        if violations:
+            if self.dead_letter is None:
+                raise CommitError(f"{len(violations)} row(s) violate constraints of {self.table_path} and there "
+                                  f"is no dead-letter producer")
+            log.warning("%d row(s) of txn version %d violate constraints of %s (first: %s, %s constraint); "
+                        "dead-lettering them", len(violations), version, self.table_path, violations[0].where(),
+                        violations[0].constraint.name)
+            self.dead_letter(violations)
+        total = sum(pq.read_metadata(p).num_rows for p in paths)
+        grows = self.schema_evolution and any(table_schema.get_field_index(n) < 0 for n in schema.names)
+        if total == len(violations):
+            DeltaLogCommitter(spark).commit(self.table_path, self.app_id, version, [], partition_by=self.partition_by,
+                                            schema=None, expect_new_table=False, user_metadata=user_metadata)
+        else:
+            delta_writer.write(good, self.table_path, self.app_id, version, user_metadata, profile, grows)
+        return total - len(violations), len(violations)
 
     def _append_with_spark(self, spark, version: int, paths: list[str], schema: pa.Schema, expect_new_table: bool,
                            user_metadata: str) -> None:
@@ -423,6 +491,37 @@ def _spark_schema(spark, schema: pa.Schema | None):
     if schema is None:
         raise CommitError("cannot write an empty commit to a table that does not exist yet")
     return from_arrow_schema(schema)
+
+
+def _relaxed(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([_relaxed_field(f) for f in schema], metadata=schema.metadata)
+
+
+def _relaxed_field(f: pa.Field) -> pa.Field:
+    kind = f.type
+    if pa.types.is_struct(kind):
+        kind = pa.struct([_relaxed_field(child) for child in kind])
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = _relaxed_field(kind.value_field)
+        kind = pa.large_list(item) if pa.types.is_large_list(kind) else pa.list_(item)
+    elif pa.types.is_map(kind):
+        kind = pa.map_(kind.key_field, _relaxed_field(kind.item_field))
+    return pa.field(f.name, kind, True, f.metadata)
+
+
+def _all_null(paths: list[str], column: str) -> bool:
+    """Whether `column` is null in every row of the staged files, from their footers."""
+    for path in paths:
+        meta = pq.read_metadata(path)
+        names = [meta.schema.column(j).path for j in range(meta.num_columns)]
+        if column not in names:
+            continue
+        j = names.index(column)
+        for r in range(meta.num_row_groups):
+            stats = meta.row_group(r).column(j).statistics
+            if stats is None or not stats.has_null_count or stats.null_count < meta.row_group(r).num_rows:
+                return False
+    return True
 
 
 def _short(exc: BaseException) -> str:

@@ -1,0 +1,258 @@
+"""A user's own table: created with Spark DDL first, then sunk into. Every value reads back as produced and every
+rule of the table holds, or lakesink refuses at start-up with one line naming the feature (issue: never silently
+wrong). The roles run in this process on the session's Spark."""
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import deltalake
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from bench.harness import wait_until
+from connector.config import config_from_dict
+from connector.errors import ConstraintViolationError
+from connector.loop import run_until_stopped
+from connector.table.features import DELTA_SPARK_FEATURES, UnsupportedTableError
+from coordinator.service import CoordinatorService
+from participant.worker import Worker
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 400
+META = ("_kafka_topic STRING, _kafka_partition INT, _kafka_offset BIGINT, _kafka_timestamp TIMESTAMP, "
+        "_kafka_key BINARY")
+
+
+class Sink:
+    """A coordinator and a worker of one connector, each stepping in its own thread."""
+
+    def __init__(self, cfg, spark):
+        self.cfg = cfg
+        self.stop = threading.Event()
+        self.errors: dict[str, BaseException] = {}
+        self.coordinator = CoordinatorService(cfg, spark_factory=lambda: spark)
+        self.worker = Worker(cfg, worker_id=f"w-{uuid.uuid4().hex[:6]}")
+        self._threads = [threading.Thread(target=self._run, args=(name, role), daemon=True)
+                         for name, role in (("coordinator", self.coordinator), ("worker", self.worker))]
+
+    def _run(self, name, role):
+        try:
+            run_until_stopped(role, self.stop)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            self.errors[name] = exc
+            self.stop.set()
+
+    def __enter__(self):
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self._threads:
+            t.join(60)
+
+
+def _config(tmp_path, bootstrap, topic, table, **extra):
+    name = f"feat-{uuid.uuid4().hex[:8]}"
+    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
+                "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
+                "target.table.name": table.name, "transaction.interval.ms": "1500",
+                "coordinator.writestatus.timeout.ms": "20000", "schema.evolution": "true", "consumer.session.timeout.ms": "6000"}
+    settings.update({k: str(v) for k, v in extra.items()})
+    return config_from_dict(settings)
+
+
+def _produce(bootstrap, topic, records: list[dict]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i, record in enumerate(records):
+        producer.produce(topic, key=str(i).encode(), value=json.dumps(record).encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+
+
+def _records() -> list[dict]:
+    out = []
+    for i in range(RECORDS):
+        out.append({"id": i, "user": f"u{i % 7}", "amount": round(i * 0.25, 2),
+                    "ts": f"2024-03-{1 + i % 28:02d}T{i % 24:02d}:15:30"})
+    return out
+
+
+def _rows(spark, table):
+    return {r["id"]: r.asDict() for r in spark.read.format("delta").load(str(table)).collect()}
+
+
+def _sink_all(cfg, spark, table, count):
+    with Sink(cfg, spark) as sink:
+        wait_until(lambda: sink.errors.get("coordinator") or (deltalake.DeltaTable(str(table)).version() >= 0 and
+                   spark.read.format("delta").load(str(table)).count() >= count), 120,
+                   f"{count} rows in {table}", interval_s=1)
+        assert not sink.errors, sink.errors
+
+
+CASES = {
+    "column_mapping_name": ("id BIGINT COMMENT 'the id', user STRING, amount DOUBLE, ts TIMESTAMP_NTZ",
+                            "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')", None),
+    "column_mapping_id": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ",
+                          "TBLPROPERTIES ('delta.columnMapping.mode' = 'id')", None),
+    "check_constraint": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ", "",
+                         "ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)"),
+    "not_null": ("id BIGINT NOT NULL, user STRING NOT NULL, amount DOUBLE, ts TIMESTAMP_NTZ", "", None),
+    "generated_column": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ, "
+                         "amount_cents BIGINT GENERATED ALWAYS AS (CAST(amount * 100 AS BIGINT))", "", None),
+    "identity_column": ("rid BIGINT GENERATED ALWAYS AS IDENTITY, id BIGINT, user STRING, amount DOUBLE, "
+                        "ts TIMESTAMP_NTZ", "", None),
+    "partitioned_by_generated_date": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ, "
+                                      "day DATE GENERATED ALWAYS AS (CAST(ts AS DATE))", "PARTITIONED BY (day)", None),
+    "deletion_vectors": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ",
+                         "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')", None),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_a_users_table_round_trips_every_value(kind, kafka_bootstrap, make_topic, tmp_path, spark):
+    """The table is created with Spark DDL, lakesink's evolution adds its _kafka_* columns, every record's values
+    read back exactly, and what the table computes (generated, identity) is what Delta computes."""
+    columns, clause, alter = CASES[kind]
+    table = tmp_path / "tables" / kind
+    spark.sql(f"CREATE TABLE delta.`{table}` ({columns}) USING delta {clause}")
+    if alter:
+        spark.sql(f"ALTER TABLE delta.`{table}` {alter}")
+    before = json.loads(deltalake.DeltaTable(str(table)).schema().to_json())["fields"]
+    topic = make_topic(partitions=2)
+    records = _records()
+    _produce(kafka_bootstrap, topic, records)
+    _sink_all(_config(tmp_path, kafka_bootstrap, topic, table), spark, table, RECORDS)
+
+    rows = _rows(spark, table)
+    assert sorted(rows) == list(range(RECORDS))
+    for record in records:
+        row = rows[record["id"]]
+        assert (row["user"], row["amount"], row["ts"].isoformat()) == (record["user"], record["amount"], record["ts"])
+        assert row["_kafka_offset"] == record["id"] // 2 and row["_kafka_partition"] == record["id"] % 2
+    if kind == "generated_column":
+        assert all(r["amount_cents"] == int(r["amount"] * 100) for r in rows.values())
+    if kind == "partitioned_by_generated_date":
+        assert all(r["day"] == r["ts"].date() for r in rows.values())
+        assert deltalake.DeltaTable(str(table)).metadata().partition_columns == ["day"]
+    if kind == "identity_column":
+        assert sorted(r["rid"] for r in rows.values()) == sorted(set(r["rid"] for r in rows.values()))
+        assert all(r["rid"] is not None for r in rows.values())
+    after = json.loads(deltalake.DeltaTable(str(table)).schema().to_json())["fields"]
+    for f in after:  # Delta's own bookkeeping of the values it assigned
+        f["metadata"].pop("delta.identity.highWaterMark", None)
+    assert after[:len(before)] == before, "evolution changed a field the table already had"
+    assert [f["name"] for f in after[len(before):]] == ["_kafka_topic", "_kafka_partition", "_kafka_offset",
+                                                         "_kafka_timestamp", "_kafka_key"]
+    if kind.startswith("column_mapping"):
+        assert all("delta.columnMapping.physicalName" in f["metadata"] for f in after)
+
+
+def _dead_letters(bootstrap, topic, count, timeout_s=60):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dlq-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    out = []
+    try:
+        wait_until(lambda: _poll_into(consumer, out) >= count, timeout_s, f"{count} dead letters in {topic}")
+    finally:
+        consumer.close()
+    return out
+
+
+def _poll_into(consumer, out):
+    msg = consumer.poll(0.5)
+    if msg is not None and msg.error() is None:
+        out.append(msg)
+    return len(out)
+
+
+@pytest.mark.parametrize("rule", ["check", "not_null"])
+def test_rows_a_constraint_rejects_are_dead_lettered_with_its_name(rule, kafka_bootstrap, make_topic, tmp_path,
+                                                                   spark):
+    """errors.tolerance=all: every tenth record breaks the rule; those go to the dead-letter topic (the original
+    record, headers naming the constraint and its expression), the others commit, and the table's rule holds."""
+    table = tmp_path / "tables" / rule
+    if rule == "check":
+        spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, user STRING, amount DOUBLE, {META}) USING delta")
+        spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
+    else:
+        spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, user STRING NOT NULL, amount DOUBLE, {META}) "
+                  f"USING delta")
+    records = [{"id": i, "user": f"u{i}", "amount": float(i)} for i in range(200)]
+    for record in records[::10]:
+        if rule == "check":
+            record["amount"] = -1.0
+        else:
+            del record["user"]
+    topic, dlq = make_topic(partitions=2), make_topic(partitions=1, prefix="dlq")
+    _produce(kafka_bootstrap, topic, records)
+    cfg = _config(tmp_path, kafka_bootstrap, topic, table, **{
+        "schema.evolution": "false", "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq,
+        "errors.deadletterqueue.context.headers.enable": "true"})
+    _sink_all(cfg, spark, table, 180)
+
+    rows = _rows(spark, table)
+    assert sorted(rows) == [i for i in range(200) if i % 10]
+    letters = _dead_letters(kafka_bootstrap, dlq, 20)
+    assert sorted(json.loads(m.value())["id"] for m in letters) == list(range(0, 200, 10))
+    name, expression = ("amount_nonneg", "amount >= 0") if rule == "check" else ("NOT NULL", "user NOT NULL")
+    for m in letters:
+        headers = dict(m.headers())
+        assert headers["__lakesink.errors.constraint.name"].decode() == name
+        assert headers["__lakesink.errors.constraint.expression"].decode() == expression
+        record_id = json.loads(m.value())["id"]
+        assert headers["__connect.errors.offset"].decode() == str(record_id // 2)
+    assert spark.read.format("delta").load(str(table)).where("amount < 0 OR user IS NULL").count() == 0
+
+
+def test_a_violation_stops_the_connector_naming_constraint_and_offset(kafka_bootstrap, make_topic, tmp_path, spark):
+    """errors.tolerance=none: the coordinator stops naming the constraint and the first offending record; no row of
+    that txn is in the table."""
+    table = tmp_path / "tables" / "strict"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, amount DOUBLE, {META}) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
+    topic = make_topic(partitions=2)
+    _produce(kafka_bootstrap, topic, [{"id": i, "amount": -5.0 if i == 7 else 1.0} for i in range(40)])
+    cfg = _config(tmp_path, kafka_bootstrap, topic, table, **{"schema.evolution": "false"})
+    with Sink(cfg, spark) as sink:
+        wait_until(lambda: "coordinator" in sink.errors, 120, "the coordinator stops on the violation")
+    error = sink.errors["coordinator"]
+    assert isinstance(error, ConstraintViolationError)
+    assert f"record {topic}-1@3 violates the amount_nonneg constraint (amount >= 0)" in str(error)
+    assert spark.read.format("delta").load(str(table)).count() == 0
+
+
+@pytest.mark.parametrize("ddl, feature", [
+    ("TBLPROPERTIES ('delta.feature.variantType' = 'supported')", "variantType"),
+    ("TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')", None),
+])
+def test_unsupported_table_is_refused_at_start_up(ddl, feature, kafka_bootstrap, make_topic, tmp_path, spark):
+    """A table feature lakesink cannot write is refused before anything is written, in one line naming it; a
+    feature lakesink can write (column defaults enabled, none declared) is not."""
+    table = tmp_path / "tables" / "refused"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT) USING delta {ddl}")
+    version = deltalake.DeltaTable(str(table)).version()
+    cfg = _config(tmp_path, kafka_bootstrap, make_topic(), table)
+    coordinator = CoordinatorService(cfg, spark_factory=lambda: spark)
+    if feature is None:
+        assert coordinator.sink.check_supported() is not None
+        return
+    with pytest.raises(UnsupportedTableError) as refused:
+        coordinator.open()
+    coordinator.close()
+    assert f"table feature '{feature}' is not supported" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert deltalake.DeltaTable(str(table)).version() == version
+
+
+def test_the_feature_list_is_delta_sparks(spark):
+    """connector.table.features names the features of the pinned delta-spark: a version bump that adds one fails
+    here instead of letting an unknown feature through."""
+    jvm = spark._jvm
+    known = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap().keys()
+    names = {str(n) for n in jvm.scala.jdk.javaapi.CollectionConverters.asJava(known)}
+    assert names == set(DELTA_SPARK_FEATURES)
