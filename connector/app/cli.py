@@ -69,7 +69,7 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from connector.config import validate_file
+    from connector.config import load_config, validate_file
 
     problems = validate_file(args.config)
     if problems:
@@ -78,6 +78,28 @@ def _cmd_validate(args) -> int:
             print(f"  - {p}")
         return 2
     print(f"{args.config}: valid")
+    return _validate_table(load_config(args.config))
+
+
+def _validate_table(cfg) -> int:
+    """The target table, if it exists: refused (exit 2, one line naming the feature), or how it is written."""
+    from connector.table.sink import DeltaTableSink
+
+    try:
+        profile = DeltaTableSink(cfg.table_path, cfg.name).profile()
+    except Exception as exc:  # noqa: BLE001 - delta-rs cannot read the table's log
+        print(f"table {cfg.table_path}: cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+        return 2
+    if profile is None:
+        print(f"table {cfg.table_path}: does not exist yet; the first commit creates it")
+        return 0
+    refusal = profile.refusal()
+    if refusal:
+        print(f"table {cfg.table_path}: lakesink cannot write it: {refusal}")
+        return 2
+    how = "the fast path (files added as written)" if profile.fast_path else \
+        f"Delta's writer ({'; '.join(profile.slow_path_reasons())})"
+    print(f"table {cfg.table_path}: supported, written by {how}")
     return 0
 
 

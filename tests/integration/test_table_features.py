@@ -107,7 +107,7 @@ CASES = {
                         "ts TIMESTAMP_NTZ", "", None),
     "partitioned_by_generated_date": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ, "
                                       "day DATE GENERATED ALWAYS AS (CAST(ts AS DATE))", "PARTITIONED BY (day)", None),
-    "deletion_vectors": ("id BIGINT, user STRING, amount DOUBLE, ts TIMESTAMP_NTZ",
+    "deletion_vectors": ("id BIGINT COMMENT 'the id', user STRING, amount DOUBLE, ts TIMESTAMP_NTZ",
                          "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')", None),
 }
 
