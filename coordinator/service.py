@@ -71,6 +71,7 @@ class CoordinatorService:
         self.state: CoordinatorState | None = None
         self._table_known = False
         self._wait_warned_at: float | None = None
+        self._last_commit_at = time.monotonic()
 
     def _default_spark(self):
         from connector.spark import get_spark
@@ -130,6 +131,7 @@ class CoordinatorService:
         if recovered.table_version is not None:
             recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
         self.stats.claims += 1
+        self._last_commit_at = time.monotonic()
         self._table_known = recovered.table_version is not None
         removed = self.sink.clean_staging(epoch)
         log.info("coordinator of %s: epoch %d, committed offsets %s, removed %d stale staging folders",
@@ -226,7 +228,8 @@ class CoordinatorService:
 
     def _commit(self, c: Commit) -> list[Effect]:
         started = time.monotonic()
-        if not any(f.rows for s in c.statuses for f in s.files) and c.offsets == self.state.committed_offsets:
+        if not any(f.rows for s in c.statuses for f in s.files) and c.offsets == self.state.committed_offsets \
+                and not self._txn_refresh_due():
             return self.state.on_commit_skipped()
         try:
             result = self.sink.commit(c.version, c.offsets, c.statuses, expect_new_table=not self._table_known)
@@ -252,6 +255,13 @@ class CoordinatorService:
         self._after_commit(c, result, duration)
         return effects
 
+    def _txn_refresh_due(self) -> bool:
+        """An idle connector commits nothing, but a table with delta.setTransactionRetentionDuration forgets a txn
+        older than that: then an empty commit refreshes the connector's txn before it can expire."""
+        profile = self.sink.last_profile
+        refresh_s = profile.txn_refresh_s() if profile is not None else None
+        return self._table_known and refresh_s is not None and time.monotonic() - self._last_commit_at >= refresh_s
+
     def _after_fence(self) -> list[Effect]:
         """The table moved under us. A newer epoch owns it: step down. Otherwise (we lost the race to create
         the table) recover again under a new epoch."""
@@ -263,6 +273,7 @@ class CoordinatorService:
         return self._begin()
 
     def _after_commit(self, c: Commit, result: CommitResult, duration_s: float) -> None:
+        self._last_commit_at = time.monotonic()
         record = CommitRecord(c.epoch, c.txn, result.table_version, result.rows, result.bytes, result.files,
                               duration_s, dict(c.offsets))
         self.stats.commits.append(record)

@@ -16,6 +16,7 @@ Pure: the caller reads the protocol and metadata (delta-rs, JVM-free).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from connector.errors import SetupError
@@ -89,6 +90,12 @@ class TableProfile:
     identity: dict[str, bool] = field(default_factory=dict)  # column -> explicit values allowed
     defaults: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
+    txn_retention_s: float | None = None  # delta.setTransactionRetentionDuration: Delta forgets older txns
+
+    def txn_refresh_s(self) -> float | None:
+        """How long the connector may go without a commit before it must refresh its txn (an empty commit), so
+        that its txn is always younger than the table's retention of txns; None: txns never expire."""
+        return None if self.txn_retention_s is None else self.txn_retention_s / 3
 
     @property
     def features(self) -> frozenset[str]:
@@ -178,7 +185,22 @@ def profile(reader_version: int, writer_version: int, reader_features, writer_fe
     return TableProfile(
         int(reader_version), int(writer_version), frozenset(reader_features or ()), frozenset(writer_features or ()),
         configuration.get("delta.columnMapping.mode", "none").lower(), tuple(partition_columns or ()),
-        generated, identity, tuple(defaults), tuple(constraints))
+        generated, identity, tuple(defaults), tuple(constraints),
+        interval_seconds(configuration.get("delta.setTransactionRetentionDuration")))
+
+
+_UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "millisecond": 0.001}
+
+
+def interval_seconds(text: str | None) -> float | None:
+    """Seconds of a Delta interval property (`interval 7 days`, `interval 1 day 12 hours`); None when unset or not
+    an interval lakesink can read (then it is treated as unset: no refresh commits)."""
+    if not text:
+        return None
+    parts = re.findall(r"(\d+)\s*([a-z]+?)s?\b", text.lower().removeprefix("interval"))
+    if not parts or any(unit not in _UNIT_S for _, unit in parts):
+        return None
+    return sum(int(n) * _UNIT_S[unit] for n, unit in parts)
 
 
 def read_profile(delta_table) -> TableProfile:

@@ -104,6 +104,7 @@ class DeltaTableSink:
     # the broker has acknowledged every one of them (raises otherwise)
     dead_letter: Callable[[list[delta_writer.Violation]], None] | None = None
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)
+    last_profile: TableProfile | None = None  # as the last commit (or check_supported) read it
 
     # --- JVM-free reads ------------------------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ class DeltaTableSink:
         found = self.profile()
         if found is not None:
             found.check_supported(self.table_path)
+        self.last_profile = found
         return found
 
     def recover(self) -> Recovered:
@@ -160,8 +162,36 @@ class DeltaTableSink:
             return Recovered(None, {}, None)
         version = dt.transaction_version(self.app_id)
         if version is None:
-            return Recovered(None, {}, dt.version())
+            version = self._expired_txn_version(dt)
+            if version is None:
+                return Recovered(None, {}, dt.version())
         return Recovered(version, self.offsets_at(version, dt.version()), dt.version())
+
+    def _expired_txn_version(self, dt) -> int | None:
+        """The connector's last committed txn version when the table no longer reports its txn: a table with
+        delta.setTransactionRetentionDuration forgets txns older than that (delta-rs already when it reads them), so
+        a connector stopped for longer finds none. Its newest manifest whose commit is in the table's history is the
+        last commit (the claim that follows restores the txn). None when no manifest was ever committed."""
+        versions = self.manifest_versions()
+        if not versions:
+            return None
+        committed = set()
+        for entry in dt.history():
+            try:
+                meta = json.loads(entry.get("userMetadata") or "{}").get("lakesink")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(meta, dict):
+                committed.add((meta.get("epoch"), meta.get("txn"), meta.get("instance")))
+        for version in reversed(versions):
+            manifest = self.read_manifest(version) or {}
+            if (manifest.get("epoch"), manifest.get("txn"), manifest.get("instance")) in committed:
+                log.warning("%s no longer reports connector %s's txn (expired under "
+                            "delta.setTransactionRetentionDuration); its last commit, txn version %d, is in the "
+                            "table's history: recovering its offsets from that manifest", self.table_path,
+                            self.app_id, version)
+                return version
+        return None
 
     def offsets_at(self, version: int, latest_table_version: int) -> Offsets:
         """The offsets committed with txn version `version`: those of its manifest, except for an epoch claim

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 
 import deltalake
@@ -256,3 +257,52 @@ def test_the_feature_list_is_delta_sparks(spark):
     known = jvm.org.apache.spark.sql.delta.TableFeature.allSupportedFeaturesMap().keys()
     names = {str(n) for n in jvm.scala.jdk.javaapi.CollectionConverters.asJava(known)}
     assert names == set(DELTA_SPARK_FEATURES)
+
+
+def test_offsets_survive_the_tables_retention_of_txns(kafka_bootstrap, make_topic, tmp_path, spark):
+    """delta.setTransactionRetentionDuration makes Delta forget txns older than it. Another writer's old txn is
+    forgotten at the next checkpoint; lakesink's is not, because every commit carries lastUpdated and an idle
+    connector refreshes it with an empty commit: after the retention has passed twice with no new records and a
+    checkpoint, the offsets recover and the epoch fence holds. Stopped for longer than the retention, the connector
+    finds no txn, and recovers its offsets from its last committed manifest instead of starting over."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from connector.errors import FencedError
+    from connector.protocol.messages import txn_version
+    from connector.table.sink import DeltaTableSink
+
+    table = tmp_path / "tables" / "retained"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, amount DOUBLE, {META}) USING delta "
+              f"TBLPROPERTIES ('delta.setTransactionRetentionDuration' = 'interval 6 seconds')")
+    spark.range(1).selectExpr("id", "CAST(0 AS DOUBLE) AS amount").write.format("delta").mode("append") \
+        .option("txnAppId", "another-writer").option("txnVersion", 5).save(str(table))
+    topic = make_topic(partitions=2)
+    _produce(kafka_bootstrap, topic, [{"id": i, "amount": 1.0} for i in range(100)])
+    cfg = _config(tmp_path, kafka_bootstrap, topic, table, **{"schema.evolution": "false"})
+    with Sink(cfg, spark) as sink:
+        wait_until(lambda: spark.read.format("delta").load(str(table)).count() >= 101, 120, "100 rows")
+        version = deltalake.DeltaTable(str(table)).version()
+        idle_until = time.monotonic() + 13
+        wait_until(lambda: time.monotonic() > idle_until, 30, "an idle stretch of 13 s")
+        assert not sink.errors, sink.errors
+        assert deltalake.DeltaTable(str(table)).version() > version, "no refresh commit while idle"
+        spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table)).checkpoint()
+    assert not sink.errors, sink.errors
+    checkpoints = glob.glob(str(table / "_delta_log" / "*.checkpoint.parquet"))
+    kept = [t for f in checkpoints for t in pq.read_table(f).column("txn").to_pylist() if t]
+    assert {t["appId"] for t in kept} == {cfg.name} and all(t["lastUpdated"] for t in kept), kept
+
+    def recovered():
+        return DeltaTableSink(str(table), cfg.name, spark_factory=lambda: spark).recover()
+
+    assert recovered().offsets == {(topic, 0): 50, (topic, 1): 50}
+    zombie = DeltaTableSink(str(table), cfg.name, spark_factory=lambda: spark)
+    with pytest.raises(FencedError):
+        zombie.commit(txn_version(recovered().epoch - 1, 99), recovered().offsets, ())
+
+    stopped_until = time.monotonic() + 7
+    wait_until(lambda: time.monotonic() > stopped_until, 20, "a stop longer than the retention")
+    assert deltalake.DeltaTable(str(table)).transaction_version(cfg.name) is None
+    assert recovered().offsets == {(topic, 0): 50, (topic, 1): 50}
