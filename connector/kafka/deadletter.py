@@ -45,7 +45,7 @@ CUT_ATTEMPTS = 4
 
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, bytes | None]]
 
 
 class DeadLetterError(LakesinkError):
@@ -151,7 +151,7 @@ class DeadLetterProducer:
 
     def produce(self, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]],
                 timestamp_ms: int = 0) -> None:
-        delivery = _Delivery(key, value, [(n, v if v is not None else b"") for n, v in headers], timestamp_ms)
+        delivery = _Delivery(key, value, list(headers), timestamp_ms)
         self._batch.append(delivery)
         self._send(delivery, self.limit)
 
