@@ -561,9 +561,17 @@ A record error follows `errors.tolerance`: `none` stops the connector before any
 offset at or past the record (the error names its topic, partition and offset); `all` produces the
 record, with its original key, value and headers plus `__connect.errors.*` headers (topic, partition,
 offset, connector, exception class and message), to `errors.deadletterqueue.topic.name` and goes on.
-Failed records are produced at END-COMMIT and the dead-letter producer is flushed before the WRITE-STATUS
-that covers them, so every record ends up in the table or in the dead-letter topic. A txn discarded before
-END-COMMIT dead-letters nothing; one whose commit fails after its WRITE-STATUS (a crash, a timeout) may
+Failed records are produced at END-COMMIT, and the WRITE-STATUS that covers them is sent only once the
+broker has confirmed every one of them (a delivery report without error), so every record ends up in the
+table or in the dead-letter topic. While the dead-letter topic refuses records (it does not exist, the
+producer may not write to it) the worker logs an ERROR naming the topic, withholds that WRITE-STATUS (no
+offset moves past the records) and produces the refused ones again every `retry.backoff.ms`, until they
+are confirmed or the coordinator discards the txn (`coordinator.writestatus.timeout.ms`) and they are
+re-read. A record larger than the topic allows (its `max.message.bytes`, or the producer's
+`message.max.bytes`) is dead-lettered cut to fit, value first, with the header `__lakesink.truncated`
+holding its original size in bytes; the `__connect.errors.*` headers naming its source are never cut.
+A txn discarded before END-COMMIT dead-letters nothing; one discarded or failing after it (a refused
+dead letter, a crash, a timeout, a txn of failed records only while the table does not exist yet) may
 dead-letter its records again when they are re-read (at least once: deduplicate on the
 `__connect.errors.topic/partition/offset` headers), while table rows stay exactly once.
 

@@ -40,6 +40,9 @@ class Metrics:
         self.record_errors = _PlainTotal("total_record_errors", "Records that could not be converted.", r)
         self.dlq_produced = Counter("deadletterqueue_produce_requests",
                                     "Records produced to the dead-letter topic.", registry=r)
+        self.dlq_failures = Counter("deadletterqueue_produce_failures",
+                                    "Dead-letter records the broker did not confirm (produced again later).",
+                                    registry=r)
         self.offset_commits = Counter("offset_commit_completion",
                                       "Partition offsets acknowledged as committed to the table.", registry=r)
         self.offset_commit_skips = Counter("offset_commit_skip",

@@ -2,8 +2,10 @@
 
 Each participant's ParticipantState decides; this module does what its effects say: seek, pause, resume,
 stage the file group at END-COMMIT, send WRITE-STATUS, commit consumer offsets after ACK-COMMIT. Records
-that cannot be converted go to the dead-letter topic (errors.tolerance=all) before the WRITE-STATUS that
-covers their offsets is sent, or stop the worker (errors.tolerance=none) without staging past them.
+that cannot be converted go to the dead-letter topic (errors.tolerance=all), and the WRITE-STATUS that
+covers their offsets is sent only once the broker has confirmed every one of them (until then it is
+withheld and the unconfirmed records are produced again, unless a new START discards the txn first); or
+they stop the worker (errors.tolerance=none) without staging past them.
 """
 from __future__ import annotations
 
@@ -12,16 +14,17 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from connector import logs
 from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
 from connector.protocol.channel import ControlChannel
-from connector.clock import Clock, SystemClock
+from connector.clock import Clock, Deadline, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, RecordError, SetupError
 from connector.faults import fault_point
+from connector.kafka.deadletter import DeadLetterError, DeadLetterProducer
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
@@ -68,11 +71,16 @@ class PartitionRunner:
     # failures of this txn, produced to the dead-letter topic at END-COMMIT, so that a txn discarded before
     # its WRITE-STATUS (timeout, rebalance, restart) does not dead-letter its records a second time
     pending_failures: list = field(default_factory=list)
+    # the staged file group (files, rows, bytes) whose WRITE-STATUS waits for the broker to confirm its dead
+    # letters, and when to produce the unconfirmed ones again
+    staged: tuple | None = None
+    retry_at: Deadline | None = None
 
     def forget_failures(self) -> None:
         """A txn ends for this partition (reported, discarded or a new one begins): its failure counts start over."""
         self.failed = self.dead_lettered = 0
         self.pending_failures = []
+        self.staged = self.retry_at = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -109,7 +117,7 @@ class Worker:
         self._converter_schema_version: int | None = -1
         self._channel: ControlChannel | None = None
         self._consumer: Consumer | None = None
-        self._dlq: Producer | None = None
+        self._dlq: DeadLetterProducer | None = None
         self._converter = self._new_converter()
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -142,8 +150,8 @@ class Worker:
         self._consumer.subscribe(list(cfg.kafka_topic_names), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
         if cfg.errors_tolerance == "all":
-            self._dlq = Producer({"bootstrap.servers": cfg.kafka_bootstrap_servers, "acks": "all",
-                                  "enable.idempotence": True, "linger.ms": 5, **dict(cfg.producer_overrides)})
+            self._dlq = DeadLetterProducer(cfg.kafka_bootstrap_servers, cfg.errors_deadletterqueue_topic_name,
+                                           dict(cfg.producer_overrides))
         self._refresh_schema()
         return self
 
@@ -164,7 +172,7 @@ class Worker:
                 self._channel.close()  # delivers what is queued, within a few seconds
                 self._channel = None
             if self._dlq is not None:
-                self._dlq.flush(10)
+                self._dlq.close(10)
         finally:
             if self._identity is not None:
                 self._identity.release()
@@ -179,6 +187,7 @@ class Worker:
             self._on_control(msg)
         self.metrics.count_ignored("worker", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
         self._retry_seeks()
+        self._retry_reports()
         self._consume(consume_timeout_s)
         self._announce()
         if self.metrics.lag_due():
@@ -260,14 +269,25 @@ class Worker:
         writer = runner.writer or self._new_writer(runner)
         files = writer.flush()
         fault_point("participant.after-staging")
-        if self._dlq is not None and runner.pending_failures:
-            self._dead_letter(runner)
-            remaining = self._dlq.flush(30)
-            if remaining:
-                raise RecordError(f"{remaining} dead-letter record(s) not acknowledged by the broker; not reporting "
-                                  f"offsets past them")
-        effects = runner.state.on_flushed(files, writer.rows, writer.bytes, runner.failed, runner.dead_lettered)
+        runner.staged = (files, writer.rows, writer.bytes)
+        self._report(runner)
+
+    def _report(self, runner: PartitionRunner) -> None:
+        """Send the WRITE-STATUS of the staged file group once every dead letter of the txn is confirmed."""
+        if self._dlq is not None and runner.pending_failures and not self._dead_letter(runner):
+            return
+        files, rows, nbytes = runner.staged
+        runner.staged = runner.retry_at = None
+        effects = runner.state.on_flushed(files, rows, nbytes, runner.failed, runner.dead_lettered)
         self._apply(runner, effects)
+
+    def _retry_reports(self) -> None:
+        """Produce again the dead letters the broker did not confirm, for each txn whose WRITE-STATUS waits."""
+        for runner in list(self.runners.values()):
+            if runner.staged is not None and runner.state.phase is Phase.FLUSHING and runner.retry_at is not None \
+                    and runner.retry_at.expired():
+                with logs.context(tp=logs.tp(*runner.key)):
+                    self._report(runner)
 
     def _new_writer(self, runner: PartitionRunner) -> FileGroupWriter:
         st = runner.state
@@ -361,8 +381,10 @@ class Worker:
                 f"record or set errors.tolerance=all with errors.deadletterqueue.topic.name")
         runner.pending_failures.extend(failures)
 
-    def _dead_letter(self, runner: PartitionRunner) -> None:
-        failures, runner.pending_failures = runner.pending_failures, []
+    def _dead_letter(self, runner: PartitionRunner) -> bool:
+        """Produce the txn's failures and wait for the broker's word on each. False when some were not confirmed:
+        they stay pending, and the WRITE-STATUS (so the offsets past them) waits until they are."""
+        failures = runner.pending_failures
         for f in failures:
             headers = list(f.headers or [])
             if self.cfg.errors_deadletterqueue_context_headers_enable:
@@ -374,17 +396,24 @@ class Worker:
                     ("__connect.errors.exception.class.name", f.error_class.encode()),
                     ("__connect.errors.exception.message", f.error_message.encode("utf-8", "replace")[:4096]),
                 ]
-            while True:
-                try:
-                    self._dlq.produce(self.cfg.errors_deadletterqueue_topic_name, key=f.key, value=f.value,
-                                      headers=headers, timestamp=f.timestamp_ms or 0)
-                    break
-                except BufferError:
-                    self._dlq.poll(0.1)
-        self._dlq.poll(0)
+            self._dlq.produce(f.key, f.value, headers, timestamp_ms=f.timestamp_ms or 0)
         self.metrics.dlq_produced.inc(len(failures))
-        runner.dead_lettered += len(failures)
-        self.stats.records_dead_lettered += len(failures)
+        try:
+            confirmed = self._dlq.confirm()
+            runner.pending_failures = []
+        except DeadLetterError as exc:
+            runner.pending_failures = [failures[i] for i in exc.failed]
+            confirmed = len(failures) - len(exc.failed)
+            self.metrics.dlq_failures.inc(len(exc.failed))
+            backoff_s = self.cfg.retry_backoff_ms / 1000
+            runner.retry_at = Deadline.after(self.clock, backoff_s)
+            st = runner.state
+            log.error("WRITE-STATUS of txn %s of epoch %s withheld, no offset past these records is committed: %s; "
+                      "producing them again in %.1f s (or re-reading them after the next START)", st.txn, st.epoch,
+                      exc, backoff_s)
+        runner.dead_lettered += confirmed
+        self.stats.records_dead_lettered += confirmed
+        return not runner.pending_failures
 
     def _update_lag(self) -> None:
         """Per-partition lag, high watermark - the participant's position, from the consumer's cached

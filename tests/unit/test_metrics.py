@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import prometheus_client
 import pytest
@@ -18,7 +19,8 @@ from connector.metrics import LAG_REFRESH_S, Metrics, MetricsServer
 from participant.state import ParticipantState
 
 NAMES = ("sink_record_read_total", "sink_record_send_total", "total_record_errors",
-         "deadletterqueue_produce_requests_total", "offset_commit_completion_total", "offset_commit_skip_total",
+         "deadletterqueue_produce_requests_total", "deadletterqueue_produce_failures_total",
+         "offset_commit_completion_total", "offset_commit_skip_total",
          "sink_record_lag_max", "table_version", "commit_duration_seconds_bucket", "txn_committed_total",
          "txn_discarded_total")
 
@@ -234,18 +236,32 @@ class FakeRecord:
         return None
 
 
-class FakeProducer:
+class FakeDeadLetters:
+    """DeadLetterProducer's interface; the broker refuses the first `refuse` records of each confirm."""
+
+    topic = "dlq"
+
     def __init__(self):
         self.sent: list[dict] = []
+        self.refuse = 0
+        self._batch: list[dict] = []
 
-    def produce(self, topic, key=None, value=None, headers=None, timestamp=0):
-        self.sent.append({"topic": topic, "key": key, "value": value, "headers": dict(headers)})
+    def produce(self, key, value, headers, timestamp_ms=0):
+        record = {"topic": self.topic, "key": key, "value": value, "headers": dict(headers)}
+        self.sent.append(record)
+        self._batch.append(record)
 
-    def poll(self, timeout):
-        return 0
+    def confirm(self, timeout_s=None):
+        from connector.kafka.deadletter import DeadLetterError
 
-    def flush(self, timeout):
-        return 0
+        batch, self._batch = self._batch, []
+        failed = list(range(min(self.refuse, len(batch))))
+        if failed:
+            raise DeadLetterError(self.topic, failed, len(batch), "Broker: Not enough in-sync replicas")
+        return len(batch)
+
+    def close(self, timeout_s=10):
+        pass
 
 
 class FakeConsumer:
@@ -262,7 +278,7 @@ def consuming_worker(tmp_path, **extra):
 
     cfg = cfg_of(tmp_path, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq", **extra})
     worker = Worker(cfg, worker_id="w1", metrics=Metrics())
-    worker._dlq = FakeProducer()
+    worker._dlq = FakeDeadLetters()
     state = ParticipantState("m-sink", "t", 0, "w1")
     state.on_message(StartCommit("m-sink", 1, 1, {("t", 0): 0}))
     runner = PartitionRunner(state)
@@ -329,6 +345,71 @@ def test_a_discarded_txn_dead_letters_nothing(tmp_path):
     assert len(runner.pending_failures) == 1
     worker._apply(runner, [Discard()])
     assert runner.pending_failures == [] and worker._dlq.sent == []
+
+
+def ended_worker_with_failures(tmp_path, bad: int):
+    """A worker whose partition t-0 consumed 2 good records and `bad` bad ones, and has just seen END-COMMIT."""
+    from connector.clock import FakeClock
+    from connector.protocol.messages import EndCommit
+    from participant.state import Flush
+    from participant.worker import PartitionRunner, Worker
+
+    clock = FakeClock()
+    cfg = cfg_of(tmp_path, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+                              "retry.backoff.ms": 500})
+    worker = Worker(cfg, worker_id="w1", metrics=Metrics(), clock=clock)
+    worker._dlq, worker._channel, worker._consumer = FakeDeadLetters(), RecordingChannel(), RecordingConsumer()
+    state = ParticipantState("m-sink", "t", 0, "w1", clock=clock)
+    state.on_message(StartCommit("m-sink", 1, 1, {("t", 0): 0}))
+    runner = PartitionRunner(state)
+    runner.writer = worker._new_writer(runner)
+    worker.runners[("t", 0)] = runner
+    values = [b'{"id": 1}', b'{"id": 2}'] + [b"{bad"] * bad
+    worker._handle_records(runner, [FakeRecord("t", 0, i, f"k{i}".encode(), v) for i, v in enumerate(values)])
+    effects = state.on_message(EndCommit("m-sink", 1, 1, {("t", 0): 0}))
+    assert Flush(1, 1) in effects
+    return worker, runner, clock
+
+
+def test_a_write_status_waits_until_the_broker_confirms_every_dead_letter(tmp_path):
+    from connector.protocol.messages import WriteStatus
+    from participant.state import Phase
+
+    worker, runner, clock = ended_worker_with_failures(tmp_path, bad=3)
+    worker._dlq.refuse = 2
+    worker._flush(runner)
+    assert worker._channel.sent == [], "no WRITE-STATUS while dead letters are unconfirmed"
+    assert runner.state.phase is Phase.FLUSHING
+    assert [f.offset for f in runner.pending_failures] == [2, 3], "the refused ones are kept, the confirmed one not"
+    assert worker.metrics.value("deadletterqueue_produce_failures_total") == 2
+
+    worker._dlq.refuse = 0
+    worker._retry_reports()
+    assert worker._channel.sent == [] and len(worker._dlq.sent) == 3, "not before retry.backoff.ms"
+    clock.advance(0.5)
+    worker._retry_reports()
+    [status] = worker._channel.sent
+    assert isinstance(status, WriteStatus) and status.next_offset == 5 and status.rows == 2
+    assert status.records_failed == 3 and status.records_dead_lettered == 3
+    assert [r["key"] for r in worker._dlq.sent] == [b"k2", b"k3", b"k4", b"k2", b"k3"]
+    assert worker.metrics.value("deadletterqueue_produce_requests_total") == 5
+    assert runner.state.phase is Phase.WAITING_ACK and runner.staged is None
+
+
+def test_a_new_start_discards_a_txn_whose_dead_letters_were_refused(tmp_path):
+    worker, runner, clock = ended_worker_with_failures(tmp_path, bad=2)
+    worker._dlq.refuse = 2
+    worker._flush(runner)
+    staged = [f.path for f in runner.staged[0]]
+    assert staged and all(Path(p).exists() for p in staged)
+    worker._on_control(StartCommit("m-sink", 1, 2, {("t", 0): 0}))  # the coordinator gave up on txn 1
+    assert runner.pending_failures == [] and runner.staged is None and runner.retry_at is None
+    assert not any(Path(p).exists() for p in staged), "the unreported file group is discarded"
+    clock.advance(5)
+    worker._retry_reports()
+    assert worker._channel.sent == [] and len(worker._dlq.sent) == 2, "txn 2 re-reads the records instead"
+    assert runner.state.position == 0 and runner.state.txn == 2
+    runner.writer.discard()
 
 
 class RecordingConsumer:
