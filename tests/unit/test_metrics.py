@@ -20,7 +20,7 @@ from participant.state import ParticipantState
 NAMES = ("sink_record_read_total", "sink_record_send_total", "total_record_errors",
          "deadletterqueue_produce_requests_total", "offset_commit_completion_total", "offset_commit_skip_total",
          "sink_record_lag_max", "table_version", "commit_duration_seconds_bucket", "txn_committed_total",
-         "txn_discarded_total")
+         "txn_discarded_total", "offset_reset_total", "offset_reset_skipped_offsets_total")
 
 
 def cfg_of(tmp_path, **extra):
