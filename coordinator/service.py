@@ -139,6 +139,8 @@ class CoordinatorService:
 
     def _begin(self) -> list[Effect]:
         recovered = self.sink.recover()
+        # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
+        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in self.cfg.kafka_topic_names})
         epoch = self.sink.claim_epoch(recovered)
         if recovered.table_version is not None:
             recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
