@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from connector.errors import ConfigError
 
 OffsetReset = Literal["earliest", "latest"]
+OffsetResetPolicy = Literal["fail", "earliest", "latest"]
 Codec = Literal["snappy", "zstd", "gzip", "lz4", "none"]
 Converter = Literal["json", "string", "bytes"]
 Tolerance = Literal["none", "all"]
@@ -175,8 +176,22 @@ class LakesinkConfig(BaseModel):
     ]
     kafka_auto_offset_reset: Annotated[
         OffsetReset,
-        Key(_choice(get_args(OffsetReset)), "Where a partition with no committed offset in the table starts."),
+        Key(
+            _choice(get_args(OffsetReset)),
+            "Where a partition with no committed offset in the table starts. A committed offset that the partition "
+            "no longer holds is `offset.reset.policy`'s to decide, never this key's.",
+        ),
     ] = "earliest"
+    offset_reset_policy: Annotated[
+        OffsetResetPolicy,
+        Key(
+            _choice(get_args(OffsetResetPolicy)),
+            "What the coordinator does, before each START, with a committed offset below its partition's log start "
+            "(records deleted by retention) or above its end (topic deleted and recreated): `fail` stops with an "
+            "error naming them; `earliest` / `latest` knowingly skip to the log start / end, logged at WARNING and "
+            "counted in the metrics and the PROGRESS record of the commit that makes the skip.",
+        ),
+    ] = "fail"
 
     worker_id: Annotated[
         str | None,

@@ -38,3 +38,7 @@ class RecordError(LakesinkError):
 
 class ProtocolError(LakesinkError):
     """A control-topic message or the control topic itself is not what the protocol expects."""
+
+
+class OffsetOutOfRangeError(LakesinkError):
+    """A committed offset is outside what its partition holds now, and offset.reset.policy=fail."""

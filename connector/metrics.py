@@ -2,8 +2,8 @@
 
 One `Metrics` per process: in `lakesink run` the coordinator and the worker share it, each updating its own
 series (the worker: records, errors, dead letters, per-partition offset commits and lag; the coordinator:
-transactions, commit duration, table version). Nothing is registered in prometheus_client's global registry,
-so several instances (tests, two roles) never collide.
+transactions, commit duration, table version, offset resets). Nothing is registered in prometheus_client's global
+registry, so several instances (tests, two roles) never collide.
 """
 from __future__ import annotations
 
@@ -59,6 +59,11 @@ class Metrics:
         self.txn_committed = Counter("txn_committed", "Transactions committed to the table.", registry=r)
         self.txn_discarded = Counter("txn_discarded",
                                      "Transactions discarded (write-status timeout or failed commit).", registry=r)
+        self.offset_resets = Counter("offset_reset",
+                                     "Partition offsets moved past a committed offset their partition no longer held "
+                                     "(offset.reset.policy=earliest|latest), counted when committed.", registry=r)
+        self.offset_reset_skipped = Counter("offset_reset_skipped_offsets",
+                                            "Offsets never read because of those resets.", registry=r)
         self.write_status_wait = Gauge("txn_write_status_wait_seconds",
                                        "How long the txn has waited for write statuses after its END-COMMIT, once "
                                        "that is longer than transaction.interval.ms; 0 otherwise.", registry=r)

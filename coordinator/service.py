@@ -25,7 +25,7 @@ from connector.protocol.messages import AckCommit, Assignment, EndCommit, Offset
 from connector.metrics import Metrics
 from connector.table.sink import CommitResult, DeltaTableSink
 from connector.kafka.watermarks import lag, list_offsets
-from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, Send
+from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, OffsetReset, Send, offset_resets
 from connector.schema.algebra import schema_to_text
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ class CoordinatorService:
         self._table_known = False
         self._wait_warned_at: float | None = None
         self._last_commit_at = time.monotonic()
+        self._resets_warned: set[tuple[TopicPartition, int]] = set()  # (partition, committed) warned about
 
     def _default_spark(self):
         from connector.spark import get_spark
@@ -90,6 +91,23 @@ class CoordinatorService:
                 continue
             out.extend((topic, p) for p in sorted(tmd.partitions))
         return out
+
+    def check_offsets(self, offsets: Offsets) -> list[OffsetReset]:
+        """Before every START: the partitions whose offset Kafka no longer holds, moved as offset.reset.policy
+        says (or OffsetOutOfRangeError with `fail`). The end is what a worker's consumer reads up to (its
+        isolation.level)."""
+        known = {tp: o for tp, o in offsets.items() if o is not None}
+        if not known:
+            return []
+        committed_only = self.cfg.consumer_overrides.get("isolation.level", "read_committed") == "read_committed"
+        low = list_offsets(self._admin, known, earliest=True)
+        high = list_offsets(self._admin, known, read_committed=committed_only)
+        resets = offset_resets(known, low, high, self.cfg.offset_reset_policy)
+        for reset in resets:
+            if (reset.topic_partition, reset.committed) not in self._resets_warned:
+                log.warning("offset.reset.policy=%s: skipping %s", self.cfg.offset_reset_policy, reset.describe())
+        self._resets_warned = {(reset.topic_partition, reset.committed) for reset in resets}
+        return resets
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -127,6 +145,8 @@ class CoordinatorService:
             log.info("%s is written through Delta's writer (%s)", self.cfg.table_path,
                      "; ".join(profile.slow_path_reasons()))
         recovered = self.sink.recover()
+        # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
+        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in self.cfg.kafka_topic_names})
         epoch = self.sink.claim_epoch(recovered)
         if recovered.table_version is not None:
             recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
@@ -137,7 +157,8 @@ class CoordinatorService:
         log.info("coordinator of %s: epoch %d, committed offsets %s, removed %d stale staging folders",
                  self.cfg.name, epoch, _fmt(recovered.offsets), removed)
         self.state = CoordinatorState(self.cfg.name, self.clock, self.cfg.transaction_interval_ms,
-                                      self.cfg.coordinator_writestatus_timeout_ms, self.partitions)
+                                      self.cfg.coordinator_writestatus_timeout_ms, self.partitions,
+                                      self.check_offsets)
         return self.state.begin(epoch, recovered.offsets)
 
     def run(self, stop: threading.Event) -> None:
@@ -285,6 +306,8 @@ class CoordinatorService:
         if result.table_version is not None:
             self.metrics.table_version.set(result.table_version)
         self.metrics.mark_commit()
+        self.metrics.offset_resets.inc(len(c.resets))
+        self.metrics.offset_reset_skipped.inc(sum(r.skipped for r in c.resets))
         txn_s = None
         if (c.epoch, c.txn) in self._txn_started:
             txn_s = time.monotonic() - self._txn_started[(c.epoch, c.txn)]
@@ -297,12 +320,18 @@ class CoordinatorService:
                    "records_dead_lettered": sum(st.records_dead_lettered for st in c.statuses) + result.dead_lettered,
                    "rows_rejected_by_constraints": result.dead_lettered,
                    "lag": sum(v for v in lags.values() if v is not None),
+                   "offsets_skipped": sum(r.skipped for r in c.resets),
+                   "offset_resets": [{"topic": r.topic_partition[0], "partition": r.topic_partition[1],
+                                      "from": r.committed, "to": r.offset, "low": r.low, "high": r.high,
+                                      "skipped": r.skipped} for r in c.resets],
                    "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
                                for (t, p), o in sorted(c.offsets.items())]}
         log.info("committed txn %d epoch %d: %d rows (%d bytes) in %d files, table version %s, commit %.2f s, "
                  "txn %s s, %s rows/s, lag %d (%s)", c.txn, c.epoch, result.rows, result.bytes, result.files,
                  result.table_version, duration_s, payload["txn_duration_s"], payload["rows_per_s"], payload["lag"],
                  ", ".join(f"{t}-{p}@{o} lag {lags.get((t, p))}" for (t, p), o in sorted(c.offsets.items())))
+        for reset in c.resets:
+            log.warning("txn %d committed the offset reset of %s", c.txn, reset.describe())
         self._channel.send(Progress(self.cfg.name, c.epoch, c.txn, payload=payload))
 
 

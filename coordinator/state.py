@@ -6,6 +6,9 @@ asks for, and reports back with `on_committed`, `on_commit_skipped` or `on_commi
 Transactions are pipelined: when every WRITE-STATUS of txn N is in, the machine returns
 `[Send(START N+1), Commit(N)]`. START N+1 carries N's new offsets, so it is speculative: it is valid iff N
 commits. While N commits, N+1 consumes but does not END; if N fails, N+1 is discarded with it.
+
+Every START's offsets pass the runtime's `check_offsets` first: a partition whose offset it holds no longer (below
+its log start, above its end) starts where `offset_resets` says, and the Commit that covers it records the skip.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from enum import Enum
 from typing import TypeAlias, cast
 
 from connector.clock import Clock, Deadline
-from connector.errors import ProtocolError
+from connector.errors import OffsetOutOfRangeError, ProtocolError
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
@@ -45,14 +48,45 @@ class Send:
 
 
 @dataclass(frozen=True)
+class OffsetReset:
+    """A START offset moved off `committed`, an offset its partition no longer holds (the partition holds
+    [low, high] now), to `offset`: the log start or the end."""
+
+    topic_partition: TopicPartition
+    committed: int
+    low: int
+    high: int
+    offset: int
+
+    @property
+    def below(self) -> bool:
+        """Below the log start (records deleted); otherwise above the end (the partition's offsets started over)."""
+        return self.committed < self.low
+
+    @property
+    def skipped(self) -> int:
+        """How many offsets are never read: below the log start, [committed, offset); above the end, where the
+        offsets started over, [low, offset)."""
+        return self.offset - (self.committed if self.below else self.low)
+
+    def describe(self) -> str:
+        t, p = self.topic_partition
+        where = "below the log start" if self.below else "above the end"
+        return (f"{t}-{p} from {self.committed} ({where}; the partition holds {self.low}..{self.high}) to "
+                f"{self.offset}, {self.skipped} offsets skipped")
+
+
+@dataclass(frozen=True)
 class Commit:
-    """Append every status's file group and set the committed offsets to `offsets`, in one Delta commit."""
+    """Append every status's file group and set the committed offsets to `offsets`, in one Delta commit.
+    `resets`: the partitions whose offsets this commit moves past an offset reset."""
 
     epoch: int
     txn: int
     version: int
     statuses: tuple[WriteStatus, ...]
     offsets: Offsets
+    resets: tuple[OffsetReset, ...] = ()
 
 
 Effect: TypeAlias = Send | Commit
@@ -65,6 +99,32 @@ START, END, ACK and PROGRESS read back, every ASSIGNMENT) is routine traffic and
 
 _FENCING_TYPES = (StartCommit, EndCommit, AckCommit)
 
+RESET_POLICIES = ("fail", "earliest", "latest")
+
+
+def offset_resets(offsets: Offsets, low: Mapping[TopicPartition, int], high: Mapping[TopicPartition, int],
+                  policy: str) -> list[OffsetReset]:
+    """The partitions whose offset lies outside [low, high] (the log start and end Kafka reports now) and where
+    `policy` moves them: `earliest` to the log start, `latest` to the end. A partition with no offset, or whose
+    bounds are unknown, is left alone. With `fail`, any such partition raises OffsetOutOfRangeError."""
+    if policy not in RESET_POLICIES:
+        raise ValueError(f"offset.reset.policy must be one of {', '.join(RESET_POLICIES)}, got {policy!r}")
+    resets = []
+    for tp in sorted(offsets):
+        offset, lo, hi = offsets[tp], low.get(tp), high.get(tp)
+        if offset is None or lo is None or hi is None or lo <= offset <= hi:
+            continue
+        resets.append(OffsetReset(tp, offset, lo, hi, lo if policy == "earliest" else hi))
+    if resets and policy == "fail":
+        raise OffsetOutOfRangeError(
+            "committed offsets outside what their partitions hold: "
+            + "; ".join(f"{r.topic_partition[0]}-{r.topic_partition[1]} committed {r.committed}, "
+                        f"{'log start' if r.below else 'end'} {r.low if r.below else r.high} "
+                        f"(the partition holds {r.low}..{r.high})" for r in resets)
+            + ". Nothing was skipped and nothing committed: set offset.reset.policy=earliest or latest to skip to "
+              "the log start or end knowingly, or restore the records (or the topic) and start again")
+    return resets
+
 
 class CoordinatorState:
     def __init__(
@@ -74,12 +134,16 @@ class CoordinatorState:
         interval_ms: int,
         writestatus_timeout_ms: int,
         partitions: Callable[[], Iterable[TopicPartition]],
+        check_offsets: Callable[[Offsets], Iterable[OffsetReset]] | None = None,
     ):
+        """`check_offsets(offsets)`: the resets (`offset_resets`) a START's offsets need, or it raises to stop."""
         self._connector = connector
         self._clock = clock
         self._interval_s = interval_ms / 1000
         self._timeout_s = writestatus_timeout_ms / 1000
         self._partitions = partitions
+        self._check_offsets = check_offsets
+        self._resets: dict[TopicPartition, OffsetReset] = {}  # this txn's, applied to its START offsets
         self._phase = Phase.IDLE
         self._epoch = -1
         self._txn = 0
@@ -126,6 +190,11 @@ class CoordinatorState:
     @property
     def expected(self) -> frozenset[TopicPartition]:
         return frozenset(self._start_offsets)
+
+    @property
+    def resets(self) -> tuple[OffsetReset, ...]:
+        """The offset resets the current txn's START offsets carry."""
+        return tuple(self._resets[tp] for tp in sorted(self._resets))
 
     @property
     def received(self) -> Mapping[TopicPartition, WriteStatus]:
@@ -274,8 +343,16 @@ class CoordinatorState:
 
     def _start(self, txn: int, base: Offsets) -> list[Effect]:
         """START `txn` at `base`: the committed offsets, or those of the Commit outstanding (speculative)."""
+        offsets = {tp: base.get(tp) for tp in sorted(set(self._partitions()))}
+        resets = list(self._check_offsets(offsets)) if self._check_offsets is not None else []
+        for reset in resets:
+            if offsets.get(reset.topic_partition) != reset.committed:
+                raise ProtocolError(f"{self._connector}: offset reset {reset.describe()} does not match the START "
+                                    f"offset {offsets.get(reset.topic_partition)}")
+            offsets[reset.topic_partition] = reset.offset
         self._txn = txn
-        self._start_offsets = {tp: base.get(tp) for tp in sorted(set(self._partitions()))}
+        self._start_offsets = offsets
+        self._resets = {reset.topic_partition: reset for reset in resets}
         self._received = {}
         self._phase = Phase.CONSUMING
         self._deadline = Deadline.after(self._clock, self._interval_s)
@@ -301,7 +378,8 @@ class CoordinatorState:
             if status.next_offset is not None:
                 offsets[tp] = status.next_offset
         statuses = tuple(self._received[tp] for tp in sorted(self._received))
-        commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets)
+        resets = tuple(self._resets[tp] for tp in sorted(self._resets) if tp in self._received)
+        commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets, resets)
         self._committing = commit
         if not self.pipeline:
             self._deadline = None  # nothing runs until the commit's outcome; the next START follows its ACK

@@ -66,6 +66,7 @@ class PartitionRunner:
     writer: FileGroupWriter | None = None
     delivered_next: int | None = None  # offset after the last record consume() handed us for this partition
     pending_seek: object = _NO_SEEK
+    out_of_range: bool = False  # its fetch hit an offset the partition no longer holds: it takes no seek now
     failed: int = 0
     dead_lettered: int = 0
     # failures of this txn, produced to the dead-letter topic at END-COMMIT, so that a txn discarded before
@@ -141,7 +142,9 @@ class Worker:
             "client.id": f"lakesink-{self.worker_id}",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "auto.offset.reset": cfg.kafka_auto_offset_reset,
+            # never jump on its own: the coordinator checks every START's offsets (offset.reset.policy), and a
+            # fetch that falls out of range meanwhile (retention) stops, for the next START's check to decide
+            "auto.offset.reset": "error",
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
@@ -306,10 +309,10 @@ class Worker:
         offset = runner.pending_seek
         if offset is _NO_SEEK:
             return
-        if offset is None:
-            logical = OFFSET_BEGINNING if self.cfg.kafka_auto_offset_reset == "earliest" else OFFSET_END
-        else:
-            logical = offset
+        if runner.out_of_range:
+            self._reassign()
+            return
+        logical = self._logical(offset)
         topic, partition = runner.key
         try:
             self._consumer.seek(KafkaTP(topic, partition, logical))
@@ -318,6 +321,30 @@ class Worker:
             return
         runner.pending_seek = _NO_SEEK
         runner.delivered_next = offset
+
+    def _logical(self, offset: int | None) -> int:
+        """A START's offset for the consumer: None (no committed offset in the table) is kafka.auto.offset.reset."""
+        if offset is not None:
+            return offset
+        return OFFSET_BEGINNING if self.cfg.kafka_auto_offset_reset == "earliest" else OFFSET_END
+
+    def _reassign(self) -> None:
+        """The consumer refuses to seek a partition whose fetch failed out of range until it is assigned again, and
+        with the group's eager protocol only assign() of the whole assignment does that: every partition is
+        assigned again where it reads next, and paused unless it is consuming."""
+        tps = []
+        for (topic, partition), runner in self.runners.items():
+            offset = runner.pending_seek if runner.pending_seek is not _NO_SEEK else runner.state.position
+            tps.append(KafkaTP(topic, partition, self._logical(offset)))
+            runner.pending_seek, runner.out_of_range = _NO_SEEK, False
+            runner.delivered_next = offset
+        self._consumer.assign(tps)
+        consuming = [tp for tp in tps if self.runners[(tp.topic, tp.partition)].state.phase is Phase.CONSUMING]
+        self._consumer.pause([tp for tp in tps if tp not in consuming])
+        if consuming:
+            self._consumer.resume(consuming)
+        log.info("worker %s assigned its partitions again at %s", self.worker_id,
+                 ", ".join(f"{tp.topic}-{tp.partition}@{tp.offset}" for tp in tps))
 
     def _retry_seeks(self) -> None:
         for runner in self.runners.values():
@@ -332,6 +359,9 @@ class Worker:
             return
         grouped: dict[tuple[str, int], list] = defaultdict(list)
         for m in batch:
+            if m.error() is not None and m.error().code() == KafkaError._AUTO_OFFSET_RESET:
+                self._on_out_of_range(m)
+                continue
             if m.error() is not None:
                 _raise_if_fatal(m.error(), self.worker_id, self.cfg.kafka_group_id)
                 log.warning("consume error: %s", m.error())
@@ -343,6 +373,20 @@ class Worker:
                 continue
             with logs.context(tp=logs.tp(*key)):
                 self._handle_records(runner, msgs)
+
+    def _on_out_of_range(self, m) -> None:
+        """The consumer fetched at an offset its partition no longer holds (records deleted by retention, the topic
+        recreated) and stopped that partition. The txn goes on without it; its report ends where it stopped, and
+        the coordinator's check of the next START applies offset.reset.policy."""
+        runner = self.runners.get((m.topic(), m.partition()))
+        if runner is None:
+            return
+        runner.out_of_range = True
+        runner.delivered_next = None
+        with logs.context(tp=logs.tp(m.topic(), m.partition())):
+            log.warning("%s-%s: offset %s is out of the partition's range; nothing past it is read until the "
+                        "coordinator's next START, which applies offset.reset.policy", m.topic(), m.partition(),
+                        m.offset() if m.offset() is not None and m.offset() >= 0 else runner.state.position)
 
     def _handle_records(self, runner: PartitionRunner, msgs: list) -> None:
         state = runner.state
@@ -445,9 +489,9 @@ class Worker:
         for tp in partitions:
             key = (tp.topic, tp.partition)
             if start is not None and key in start.offsets:
-                offset = start.offsets[key]
-                tp.offset = offset if offset is not None else (
-                    OFFSET_BEGINNING if self.cfg.kafka_auto_offset_reset == "earliest" else OFFSET_END)
+                tp.offset = self._logical(start.offsets[key])
+            else:  # paused until a START seeks it; an explicit offset, since the consumer never resets on its own
+                tp.offset = OFFSET_BEGINNING
             state = ParticipantState(self.cfg.name, tp.topic, tp.partition, self.worker_id, clock=self.clock)
             self.runners[key] = PartitionRunner(state)
         consumer.assign(partitions)

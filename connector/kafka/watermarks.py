@@ -14,17 +14,18 @@ log = logging.getLogger(__name__)
 
 
 def list_offsets(admin: AdminClient, partitions: Iterable[TopicPartition], earliest: bool = False,
-                 timeout_s: float = 5.0) -> dict[TopicPartition, int]:
-    """The high watermark (last stable offset, as read_committed consumers see it) of each partition, or the
-    low watermark with `earliest`. Partitions the broker does not answer for are left out."""
+                 timeout_s: float = 5.0, read_committed: bool = True) -> dict[TopicPartition, int]:
+    """The high watermark of each partition (the last stable offset, as read_committed consumers see it, unless
+    `read_committed` is false), or the low watermark (the log start) with `earliest`. Partitions the broker does
+    not answer for are left out."""
     spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()
     request = {KafkaTP(t, p): spec for t, p in partitions}
     if not request:
         return {}
     out: dict[TopicPartition, int] = {}
+    isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
     try:
-        futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
-                                     request_timeout=timeout_s)
+        futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
     except (KafkaException, ValueError) as exc:
         log.warning("listing offsets failed: %s", exc)
         return out

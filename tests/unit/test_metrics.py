@@ -22,7 +22,7 @@ NAMES = ("sink_record_read_total", "sink_record_send_total", "total_record_error
          "deadletterqueue_produce_requests_total", "deadletterqueue_produce_failures_total",
          "offset_commit_completion_total", "offset_commit_skip_total",
          "sink_record_lag_max", "table_version", "commit_duration_seconds_bucket", "txn_committed_total",
-         "txn_discarded_total")
+         "txn_discarded_total", "offset_reset_total", "offset_reset_skipped_offsets_total")
 
 
 def cfg_of(tmp_path, **extra):
