@@ -72,6 +72,7 @@ class CoordinatorService:
         self._table_known = False
         self._wait_warned_at: float | None = None
         self._last_commit_at = time.monotonic()
+        self._dlq = None  # connector.kafka.deadletter.DeadLetterProducer, once a constraint rejects a row
         self._resets_warned: set[tuple[TopicPartition, int]] = set()  # (partition, committed) warned about
 
     def _default_spark(self):
@@ -214,6 +215,9 @@ class CoordinatorService:
                     self.cfg.coordinator_writestatus_timeout_ms)
 
     def close(self) -> None:
+        if self._dlq is not None:
+            self._dlq.close()
+            self._dlq = None
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -338,50 +342,43 @@ class CoordinatorService:
     def _dead_letter(self, violations) -> None:
         """Rows the table's constraints reject: their original records, read back from Kafka, go to the
         dead-letter topic with the constraint's name and expression in their headers. Returns once the broker
-        has acknowledged every one (the commit that skips them follows); raises otherwise."""
-        from confluent_kafka import Producer
-
+        has acknowledged every one (the commit that skips them follows); raises CommitError otherwise."""
+        from connector.kafka.deadletter import DeadLetterProducer
         from connector.kafka.refetch import fetch
 
         cfg = self.cfg
         coordinates = [(v.topic, v.partition, v.offset) for v in violations if v.offset is not None]
         try:
             originals = fetch(cfg.kafka_bootstrap_servers, dict(cfg.consumer_overrides), coordinates) if coordinates else {}
+            if self._dlq is None:
+                self._dlq = DeadLetterProducer(cfg.kafka_bootstrap_servers, cfg.errors_deadletterqueue_topic_name,
+                                               dict(cfg.producer_overrides))
+            for v in violations:
+                record = originals.get((v.topic, v.partition, v.offset))
+                self._dlq.produce(record.key if record else None, record.value if record else v.row.encode(),
+                                  [*(record.headers if record else []), *self._violation_headers(v, record)],
+                                  (record.timestamp_ms or 0) if record else 0)
+            self._dlq.confirm()
         except LakesinkError as exc:
-            raise CommitError(f"rows rejected by the table's constraints cannot be dead-lettered: {exc}") from exc
-        failed: list[str] = []
-        producer = Producer({"bootstrap.servers": cfg.kafka_bootstrap_servers, "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 5, **dict(cfg.producer_overrides)})
-
-        def delivered(error, _msg) -> None:
-            if error is not None:
-                failed.append(str(error))
-
-        for v in violations:
-            record = originals.get((v.topic, v.partition, v.offset))
-            headers = list(record.headers) if record else []
-            headers += [("__lakesink.errors.constraint.name", v.constraint.name.encode()),
-                        ("__lakesink.errors.constraint.expression", v.constraint.expression.encode())]
-            if cfg.errors_deadletterqueue_context_headers_enable:
-                headers += [("__connect.errors.connector.name", cfg.name.encode()),
-                            ("__connect.errors.exception.class.name", b"ConstraintViolation"),
-                            ("__connect.errors.exception.message",
-                             f"{v.where()} violates the {v.constraint.name} constraint ({v.constraint.expression}) "
-                             f"of {cfg.table_path}".encode("utf-8", "replace")[:4096])]
-                if record is not None:
-                    headers += [("__connect.errors.topic", record.topic.encode()),
-                                ("__connect.errors.partition", str(record.partition).encode()),
-                                ("__connect.errors.offset", str(record.offset).encode())]
-            producer.produce(cfg.errors_deadletterqueue_topic_name, key=record.key if record else None,
-                             value=record.value if record else v.row.encode(), headers=headers,
-                             timestamp=(record.timestamp_ms or 0) if record else 0, on_delivery=delivered)
-            producer.poll(0)
-        remaining = producer.flush(30)
-        if remaining or failed:
-            raise CommitError(f"{remaining + len(failed)} of {len(violations)} rejected row(s) were not acknowledged "
-                              f"by the dead-letter topic {cfg.errors_deadletterqueue_topic_name} "
-                              f"({failed[0] if failed else 'timed out'}); the txn is not committed")
+            raise CommitError(f"rows rejected by the table's constraints were not dead-lettered ({exc}); the txn is "
+                              f"not committed") from exc
         self.metrics.dlq_produced.inc(len(violations))
+
+    def _violation_headers(self, v, record) -> list[tuple[str, bytes]]:
+        headers = [("__lakesink.errors.constraint.name", v.constraint.name.encode()),
+                   ("__lakesink.errors.constraint.expression", v.constraint.expression.encode())]
+        if not self.cfg.errors_deadletterqueue_context_headers_enable:
+            return headers
+        headers += [("__connect.errors.connector.name", self.cfg.name.encode()),
+                    ("__connect.errors.exception.class.name", b"ConstraintViolation"),
+                    ("__connect.errors.exception.message",
+                     f"{v.where()} violates the {v.constraint.name} constraint ({v.constraint.expression}) of "
+                     f"{self.cfg.table_path}".encode("utf-8", "replace")[:4096])]
+        if record is not None:
+            headers += [("__connect.errors.topic", record.topic.encode()),
+                        ("__connect.errors.partition", str(record.partition).encode()),
+                        ("__connect.errors.offset", str(record.offset).encode())]
+        return headers
 
 
 _SENT_STEPS = {StartCommit: "coordinator.after-start-sent", EndCommit: "coordinator.after-end-sent",
