@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from connector.errors import LakesinkError
 from connector.protocol.messages import StagedFile
 from connector.schema.algebra import conform, unify
-from connector.table.datafiles import ROW_GROUP_ROWS
+from connector.table.datafiles import ROW_GROUP_ROWS, sync_directory
 
 CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -147,7 +147,7 @@ class FileGroupWriter:
             final = self._publish(temporary)
         finally:
             temporary.unlink(missing_ok=True)
-        _sync_directory(self.directory)
+        sync_directory(self.directory)
         return StagedFile(str(final), table.num_rows, final.stat().st_size)
 
     def _publish(self, temporary: Path) -> Path:
@@ -167,15 +167,3 @@ class FileGroupWriter:
             if not final.exists():  # a file system without hard links: rename (atomic, but not exclusive)
                 os.rename(temporary, final)
                 return final
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make the new name durable (POSIX: a rename is durable once its directory is synced)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        if error.errno != errno.EINVAL:  # EINVAL: a file system that cannot sync directories
-            raise
-    finally:
-        os.close(fd)

@@ -294,7 +294,7 @@ class Worker:
 
     def _new_writer(self, runner: PartitionRunner) -> FileGroupWriter:
         st = runner.state
-        return FileGroupWriter(staging_root(self.cfg.table_path), st.topic_partition[0], st.topic_partition[1],
+        return FileGroupWriter(staging_root(self.cfg.table_path, self.cfg.name), st.topic_partition[0], st.topic_partition[1],
                                self.worker_id, txn_tag(st.epoch or 0, st.txn or 0), flush_size=self.cfg.flush_size,
                                max_bytes=self.cfg.buffer_max_bytes, codec=self.cfg.parquet_codec)
 

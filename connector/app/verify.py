@@ -24,7 +24,6 @@ import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,14 +67,16 @@ def read_committed(table_path: str, app_id: str) -> CommittedState:
         dt = deltalake.DeltaTable(table_path)
     except deltalake.exceptions.TableNotFoundError:
         return CommittedState(None, None, None, {})
+    sink = DeltaTableSink(table_path, app_id)
     version = dt.transaction_version(app_id)
     if version is None:
+        version = sink.expired_txn_version(dt)
+    if version is None:
         return CommittedState(dt, dt.version(), None, {})
-    sink = DeltaTableSink(table_path, app_id)
     if sink.read_manifest(version) is None:
         raise VerifyError(
             f"table {table_path} records lakesink txn version {version} for connector {app_id!r} but the manifest "
-            f"of that version is missing under {Path(table_path) / '_lakesink' / 'commits'}: the committed offsets "
+            f"of that version is missing under {sink.manifests_dir}: the committed offsets "
             f"are unknown, so nothing can be verified; restore the _lakesink folder from a backup of the table")
     offsets = sink.offsets_at(version, dt.version())  # what recovery reads, an overtaken epoch claim included
     return CommittedState(dt, dt.version(), version, dict(offsets))

@@ -78,11 +78,33 @@ def place(staged: list[str], table_path: str | Path, tag: str, partition_by: tup
         stem = f"part-{tag}-{Path(source).stem}"
         if not partition_by:
             target = table / f"{stem}.parquet"
-            _link(Path(source), target)
+            _link(Path(source), target)  # the staged file was synced when it was written
+            sync_directory(table)
             placed.append(_data_file(table, target, {}))
         else:
             placed.extend(_split(Path(source), table, stem, partition_by, schema))
     return placed
+
+
+def sync_file(path: Path) -> None:
+    """Make a written file's bytes durable before anything names it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_directory(directory: Path) -> None:
+    """Make the new names in a directory durable (POSIX: a new name is durable once its directory is synced)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno != errno.EINVAL:  # EINVAL: a file system that cannot sync directories
+            raise
+    finally:
+        os.close(fd)
 
 
 def _link(source: Path, target: Path) -> None:
@@ -122,7 +144,9 @@ def _split(source: Path, table: Path, stem: str, partition_by: tuple[str, ...], 
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.tmp")
         pq.write_table(part, temporary, row_group_size=ROW_GROUP_ROWS, write_statistics=True)
+        sync_file(temporary)
         os.replace(temporary, target)
+        sync_directory(target.parent)
         out.append(_data_file(table, target, values))
     return out
 

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connector.table import delta_writer
-from connector.table.datafiles import partition_types_supported, place
+from connector.table.datafiles import partition_types_supported, place, sync_directory, sync_file
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 from connector.table.features import TableProfile, read_profile
 from connector.errors import CommitError, ConstraintViolationError, FencedError
@@ -52,8 +52,14 @@ KEEP_MANIFESTS = 100
 CLAIM_ATTEMPTS = 10
 
 
-def staging_root(table_path: str | Path) -> Path:
-    return Path(table_path) / META_DIR / "staging"
+def state_dir(table_path: str | Path, connector: str) -> Path:
+    """`_lakesink/<connector>/` in the table: this connector's manifests and staging, apart from any other
+    connector's that writes to the same table (Delta and VACUUM ignore paths that start with `_`)."""
+    return Path(table_path) / META_DIR / connector
+
+
+def staging_root(table_path: str | Path, connector: str) -> Path:
+    return state_dir(table_path, connector) / "staging"
 
 
 def txn_tag(epoch: int, txn: int) -> str:
@@ -110,7 +116,7 @@ class DeltaTableSink:
 
     @property
     def manifests_dir(self) -> Path:
-        return Path(self.table_path) / META_DIR / "commits"
+        return state_dir(self.table_path, self.app_id) / "commits"
 
     def _delta(self):
         import deltalake
@@ -162,12 +168,12 @@ class DeltaTableSink:
             return Recovered(None, {}, None)
         version = dt.transaction_version(self.app_id)
         if version is None:
-            version = self._expired_txn_version(dt)
+            version = self.expired_txn_version(dt)
             if version is None:
                 return Recovered(None, {}, dt.version())
         return Recovered(version, self.offsets_at(version, dt.version()), dt.version())
 
-    def _expired_txn_version(self, dt) -> int | None:
+    def expired_txn_version(self, dt) -> int | None:
         """The connector's last committed txn version when the table no longer reports its txn: a table with
         delta.setTransactionRetentionDuration forgets txns older than that (delta-rs already when it reads them), so
         a connector stopped for longer finds none. Its newest manifest whose commit is in the table's history is the
@@ -274,8 +280,10 @@ class DeltaTableSink:
         path = self._manifest_path(version)
         tmp = path.with_suffix(f".{self.instance}.tmp")
         tmp.write_text(json.dumps(body))
+        sync_file(tmp)
         try:
             os.link(tmp, path)  # atomic put-if-absent on a POSIX filesystem
+            sync_directory(self.manifests_dir)
         except FileExistsError:
             existing = self.read_manifest(version) or {}
             if existing.get("instance") != self.instance:
@@ -354,8 +362,8 @@ class DeltaTableSink:
                 log.info("%s: appending txn version %d with a Spark job", unsupported, version)
                 self._append_with_spark(spark, version, paths, schema, expect_new_table, user_metadata)
                 return None
-            adds = [f.add_action() for f in place(paths, self.table_path, txn_tag(epoch, txn), self.partition_by,
-                                                   schema)]
+            tag = f"{txn_tag(epoch, txn)}-{self.app_id}"  # data file names unique across connectors
+            adds = [f.add_action() for f in place(paths, self.table_path, tag, self.partition_by, schema)]
         try:
             DeltaLogCommitter(spark).commit(
                 self.table_path, self.app_id, version, adds, partition_by=self.partition_by,
@@ -468,7 +476,7 @@ class DeltaTableSink:
         """Remove staging of every txn up to and including `txn` of `epoch` (after txn's commit: older txns of
         the epoch were committed or discarded) and of every older epoch; with txn None, of older epochs only.
         Safe to repeat."""
-        root = staging_root(self.table_path)
+        root = staging_root(self.table_path, self.app_id)
         if not root.exists():
             return 0
         removed = 0
@@ -501,7 +509,9 @@ def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: boo
             table = conform(pq.read_table(path), target)
             tmp = f"{path}.conform.tmp"
             pq.write_table(table, tmp)
+            sync_file(Path(tmp))
             os.replace(tmp, path)
+            sync_directory(Path(path).parent)
     return target
 
 

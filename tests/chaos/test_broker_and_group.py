@@ -16,7 +16,7 @@ pytestmark = pytest.mark.chaos
 
 
 def staged_files(table: Path) -> list[Path]:
-    return list((table / "_lakesink" / "staging").glob("*/*.parquet"))
+    return list((table / "_lakesink").glob("*/staging/*/*.parquet"))
 
 
 def test_broker_restart_mid_transaction(kafka_broker, kafka_bootstrap, make_topic, tmp_path, cluster_of):

@@ -17,7 +17,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def _adds(table, tag: str, ids: list[int], schema: pa.Schema = SCHEMA) -> list[dict]:
-    staged = table / "_lakesink" / "staging" / tag / "t-0-w-00000.parquet"
+    staged = table / "_lakesink" / "app" / "staging" / tag / "t-0-w-00000.parquet"
     staged.parent.mkdir(parents=True, exist_ok=True)
     columns = {"id": ids, "name": [f"n{i}" for i in ids]}
     columns.update({f.name: [1.5] * len(ids) for f in schema if f.name not in columns})
@@ -109,7 +109,7 @@ def test_staged_files_of_a_known_table_already_have_its_schema_so_no_commit_rewr
     converter = Converter("json", True, 1 << 20, False)
 
     def stage(tag: str) -> str:
-        writer = FileGroupWriter(table / "_lakesink" / "staging", "t", 0, "w", tag)
+        writer = FileGroupWriter(table / "_lakesink" / "app" / "staging", "t", 0, "w", tag)
         writer.append(converter.convert(messages).table)
         return writer.flush()[0].path
 

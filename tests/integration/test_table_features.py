@@ -306,3 +306,27 @@ def test_offsets_survive_the_tables_retention_of_txns(kafka_bootstrap, make_topi
     wait_until(lambda: time.monotonic() > stopped_until, 20, "a stop longer than the retention")
     assert deltalake.DeltaTable(str(table)).transaction_version(cfg.name) is None
     assert recovered().offsets == {(topic, 0): 50, (topic, 1): 50}
+
+
+def test_two_connectors_append_to_one_table_each_exactly_once(kafka_bootstrap, make_topic, tmp_path, spark):
+    """Two connectors (their own topics) write one table at the same time, from its creation on: each keeps its
+    manifests and staging under _lakesink/<connector>/, its own txn, and every record lands exactly once."""
+    from bench.harness import audit
+    from connector.table.sink import DeltaTableSink
+
+    table = tmp_path / "tables" / "shared"
+    topics = [make_topic(partitions=2), make_topic(partitions=2)]
+    for topic in topics:
+        _produce(kafka_bootstrap, topic, [{"id": i, "amount": 1.0} for i in range(300)])
+    configs = [_config(tmp_path, kafka_bootstrap, topic, table, **{"schema.evolution": "false"}) for topic in topics]
+    expected = {(t, p): range(150) for t in topics for p in (0, 1)}
+    with Sink(configs[0], spark) as first, Sink(configs[1], spark) as second:
+        wait_until(lambda: first.errors or second.errors or (deltalake.DeltaTable.is_deltatable(str(table)) and
+                   audit(table, expected)["rows"] >= 600), 180, "600 rows from two connectors", interval_s=1)
+        assert not first.errors and not second.errors, (first.errors, second.errors)
+    assert audit(table, expected) == {"rows": 600, "missing": 0, "duplicated": 0, "unexpected": 0}
+    for cfg, topic in zip(configs, topics):
+        recovered = DeltaTableSink(str(table), cfg.name).recover()
+        assert recovered.offsets == {(topic, 0): 150, (topic, 1): 150}
+        assert (table / "_lakesink" / cfg.name / "commits").is_dir()
+    assert sorted(p.name for p in (table / "_lakesink").iterdir()) == sorted(c.name for c in configs)

@@ -117,3 +117,37 @@ def test_the_delta_schema_makes_every_column_nullable():
     assert [f["nullable"] for f in parsed["fields"]] == [True, True, True]
     assert parsed["fields"][1]["type"]["containsNull"] is True
     assert parsed["fields"][2]["type"]["fields"][0]["nullable"] is True
+
+
+def test_manifests_and_split_files_are_synced_before_anything_names_them(tmp_path, monkeypatch):
+    """Durable before visible: a manifest's bytes are synced before its name is linked, and its directory after;
+    a data file split for a partition directory is synced before it is renamed into place."""
+    import os
+
+    from connector.table.sink import DeltaTableSink
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    sink = DeltaTableSink(str(tmp_path / "t"), "conn")
+    sink.write_manifest(7, {("t", 0): 5}, ())
+    manifest = str(sink.manifests_dir / f"{7:020d}.json")
+    tmp = [p for p in synced if p.endswith(".tmp") or "(deleted)" in p]
+    assert tmp and synced[-1] == str(sink.manifests_dir), synced
+    assert os.path.exists(manifest)
+
+    synced.clear()
+    staged = tmp_path / "staged.parquet"
+    pq.write_table(pa.table({"k": ["a", "b"], "v": [1, 2]}), staged)
+    placed = place([str(staged)], tmp_path / "t", "e000001-t00000001-conn", ("k",),
+                   pa.schema([("k", pa.string()), ("v", pa.int64())]))
+    assert len(placed) == 2
+    for f in placed:
+        directory = str((tmp_path / "t" / f.relative_path).parent)
+        assert directory in synced, (directory, synced)
+    assert sum(1 for p in synced if ".tmp" in p) == 2, synced

@@ -205,7 +205,7 @@ def write_table(path: Path, rows: list[tuple[str, int, int]], app_id: str | None
     props = deltalake.CommitProperties(app_transactions=[deltalake.Transaction(app_id, version)]) if app_id else None
     deltalake.write_deltalake(str(path), pa.table(data), mode="append", commit_properties=props)
     if app_id and committed is not None:
-        commits = path / "_lakesink" / "commits"
+        commits = path / "_lakesink" / app_id / "commits"
         commits.mkdir(parents=True, exist_ok=True)
         body = {"version": version, "offsets": [{"topic": t, "partition": p, "offset": o}
                                                 for (t, p), o in committed.items()]}
@@ -261,7 +261,7 @@ def test_missing_offsets_fail_when_the_broker_cannot_check_them(tmp_path, capsys
 
 def test_verify_leaves_manifests_above_the_txn_version(tmp_path) -> None:
     write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1})
-    later = tmp_path / "events" / "_lakesink" / "commits" / f"{txn_version(1, 4):020d}.json"
+    later = tmp_path / "events" / "_lakesink" / "sink" / "commits" / f"{txn_version(1, 4):020d}.json"
     later.write_text(json.dumps({"version": txn_version(1, 4), "offsets": []}))
     assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
     assert later.exists(), "verify must never drop a manifest: a coordinator may be committing it"
@@ -326,7 +326,7 @@ def test_an_epoch_claim_overtaken_by_an_older_commit_reads_that_commits_offsets(
             "_kafka_partition": pa.array([0] * (hi - lo), pa.int32()),
             "_kafka_offset": pa.array(range(lo, hi), pa.int64())}), mode="append",
             commit_properties=deltalake.CommitProperties(app_transactions=[deltalake.Transaction("sink", version)]))
-        commits = path / "_lakesink" / "commits"
+        commits = path / "_lakesink" / "sink" / "commits"
         commits.mkdir(parents=True, exist_ok=True)
         body = {"version": version, "txn": version & 0xFFFFFFFF, "offsets": [{"topic": T, "partition": 0,
                                                                             "offset": offset}], **base}
@@ -340,7 +340,7 @@ def test_an_epoch_claim_overtaken_by_an_older_commit_reads_that_commits_offsets(
     assert run_cli("--config", str(config_file(tmp_path)), "--no-kafka") == 0
     assert "uncommitted=0" in capsys.readouterr().out
     # the same claim, not overtaken: its own offsets
-    (path / "_lakesink" / "commits" / f"{txn_version(2, 0):020d}.json").write_text(json.dumps(
+    (path / "_lakesink" / "sink" / "commits" / f"{txn_version(2, 0):020d}.json").write_text(json.dumps(
         {"version": txn_version(2, 0), "txn": 0, "offsets": [{"topic": T, "partition": 0, "offset": 20}],
          "base_version": txn_version(1, 2), "base_table_version": 1}))
     assert DeltaTableSink(str(path), "sink").recover().offsets == {(T, 0): 20}
