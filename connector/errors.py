@@ -24,7 +24,20 @@ class FencedError(LakesinkError):
 
 
 class CommitError(LakesinkError):
-    """A transaction could not be committed; the table and offsets are as they were before it."""
+    """A transaction could not be committed; the table and offsets are as they were before it.
+
+    `permanent`: no retry can succeed (the table's schema, partitioning or protocol refuses the write, or lakesink's
+    own records are missing). The commit recipe sets it from the cause (connector.table.failures); lakesink's own
+    checks raise it permanent unless they say otherwise."""
+
+    def __init__(self, message: str, permanent: bool = True):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class CommitAbandonedError(LakesinkError):
+    """The coordinator gave up a transaction (a permanent CommitError, or transient ones for longer than
+    write.retry.timeout.ms) and stops; nothing past the last commit is acknowledged anywhere."""
 
 
 class RecordError(LakesinkError):

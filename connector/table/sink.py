@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from connector.table.datafiles import partition_types_supported, place
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
+from connector.table.failures import Failure, classify
 from connector.errors import CommitError, FencedError
 from connector.faults import fault_point
 from connector.protocol.messages import (
@@ -259,7 +260,7 @@ class DeltaTableSink:
                 log.warning("append of txn version %d raised %s but the commit is in the table", version, exc)
             else:
                 raise CommitError(f"Delta append of txn version {version} to {self.table_path} failed: "
-                                  f"{_short(exc)}") from exc
+                                  f"{_short(exc)}", permanent=classify(exc) is Failure.PERMANENT) from exc
         return self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
 
     def _safe_txn_version(self) -> int | None:
