@@ -2,11 +2,13 @@
 
 LAKESINK_FAULT=<step> kills the process (SIGKILL) exactly there; LAKESINK_FAULT_ACTION=pause stops it
 (SIGSTOP) instead, so a test can resume it later as a zombie; LAKESINK_FAULT_ACTION=delay holds that thread there
-for LAKESINK_FAULT_DELAY_MS (default 5000), to open a race between the roles of one process. LAKESINK_FAULT_AFTER=N fires on the N-th
-time the step is reached (default 1), and only then.
+for LAKESINK_FAULT_DELAY_MS (default 5000), to open a race between the roles of one process;
+LAKESINK_FAULT_ACTION=raise raises an I/O error (OSError EIO, a transient failure) there. LAKESINK_FAULT_AFTER=N
+fires on the N-th time the step is reached (default 1), and only then.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -37,6 +39,8 @@ def fault_point(step: str) -> None:
     if action == "delay":
         time.sleep(int(os.environ.get("LAKESINK_FAULT_DELAY_MS", "5000")) / 1000)
         return
+    if action == "raise":
+        raise OSError(errno.EIO, f"fault injection: I/O error at {step}")
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGSTOP if action == "pause" else signal.SIGKILL)
