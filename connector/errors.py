@@ -27,10 +27,10 @@ class CommitError(LakesinkError):
     """A transaction could not be committed; the table and offsets are as they were before it.
 
     `permanent`: no retry can succeed (the table's schema, partitioning or protocol refuses the write, or lakesink's
-    own records are missing). The commit recipe sets it from the cause (connector.table.failures); lakesink's own
-    checks raise it permanent unless they say otherwise."""
+    own records are missing). The commit recipe sets it from the cause (connector.table.failures); one raised
+    without it is retried, within write.retry.timeout.ms."""
 
-    def __init__(self, message: str, permanent: bool = True):
+    def __init__(self, message: str, permanent: bool = False):
         super().__init__(message)
         self.permanent = permanent
 

@@ -94,9 +94,9 @@ def _link(source: Path, target: Path) -> None:
             return  # placed by an earlier attempt of this txn
         os.replace(source, target)  # an uncommitted leftover of an earlier attempt: the staged file wins
     except FileNotFoundError:
-        if not target.exists():  # transient: the next txn stages its records again
+        if not target.exists():
             raise CommitError(f"staged file {source} is gone and was never placed in the table: the staging "
-                              f"directory was cleaned while the txn was open", permanent=False) from None
+                              f"directory was cleaned while the txn was open") from None
     except OSError as error:
         if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
             raise

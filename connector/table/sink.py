@@ -152,7 +152,8 @@ class DeltaTableSink:
             raise CommitError(
                 f"table {self.table_path} records lakesink txn version {version} for connector {self.app_id!r} "
                 f"but its manifest {self._manifest_path(version)} is missing: the _lakesink folder was removed or "
-                f"the table was copied without it; restore it, or start a new connector name to re-ingest.")
+                f"the table was copied without it; restore it, or start a new connector name to re-ingest.",
+                permanent=True)
         if manifest.get("txn") == 0 and manifest.get("base_table_version") is not None:
             overtaking = self._overtaking_commit(version, manifest.get("base_version"),
                                                  manifest["base_table_version"], latest_table_version)
@@ -165,7 +166,7 @@ class DeltaTableSink:
             return decode_offsets(manifest["offsets"])
         except (KeyError, DecodeError) as exc:
             raise CommitError(f"manifest {self._manifest_path(version)} holds no readable offsets ({exc}): restore "
-                              f"it from a backup of the table's _lakesink folder") from None
+                              f"it from a backup of the table's _lakesink folder", permanent=True) from None
 
     def _overtaking_commit(self, claim: int, base: int | None, base_table_version: int,
                            latest_table_version: int) -> int | None:

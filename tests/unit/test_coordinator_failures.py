@@ -136,7 +136,7 @@ def test_transient_failures_past_the_retry_timeout_stop_the_coordinator():
 
 def test_a_permanent_failure_stops_at_once_and_a_zero_timeout_stops_a_transient_one():
     schema = CommitError("Delta append of txn version 4294967297 to /tables/events failed: column(s) "
-                         "'_kafka_topic' are not in the target schema; unify first")
+                         "'_kafka_topic' are not in the target schema; unify first", permanent=True)
     svc, clock = coordinator([schema])
     with pytest.raises(CommitAbandonedError, match="This failure is permanent: no retry can commit it") as stopped:
         complete_txn(svc, clock)

@@ -172,8 +172,8 @@ class CommitFailedError(DeltaError):
 
 
 @pytest.mark.parametrize("exc, expected", [
-    (CommitError("the manifest of txn version 7 is missing"), Failure.PERMANENT),
-    (CommitError("staged file gone", permanent=False), Failure.TRANSIENT),
+    (CommitError("the manifest of txn version 7 is missing", permanent=True), Failure.PERMANENT),
+    (CommitError("the dead-letter topic did not acknowledge"), Failure.TRANSIENT),  # unless it says so
     (IncompatibleSchemas("column(s) '_kafka_topic' are not in the target schema; unify first"), Failure.PERMANENT),
     (OSError(errno.EIO, "I/O error"), Failure.TRANSIENT),
     (FileExistsError(errno.EEXIST, "File exists"), Failure.TRANSIENT),
@@ -188,3 +188,15 @@ class CommitFailedError(DeltaError):
 ], ids=lambda v: v.name if isinstance(v, Failure) else type(v).__name__)
 def test_python_exceptions(exc, expected):
     assert classify(exc) is expected
+
+
+def test_a_missing_manifest_is_permanent(tmp_path):
+    import deltalake
+    import pyarrow as pa
+
+    from connector.table.sink import DeltaTableSink
+
+    deltalake.write_deltalake(str(tmp_path), pa.table({"id": [1]}))
+    with pytest.raises(CommitError, match="manifest .* is missing") as raised:
+        DeltaTableSink(str(tmp_path), "app").offsets_at(7, 0)
+    assert classify(raised.value) is Failure.PERMANENT
