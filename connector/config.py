@@ -223,9 +223,22 @@ class LakesinkConfig(BaseModel):
     ] = 300000
     write_retry_timeout_ms: Annotated[
         int,
-        Key(NON_NEGATIVE, "How long a failing write is retried before its error is raised; 0 disables retries."),
-    ] = 60000
-    retry_backoff_ms: Annotated[int, Key(NON_NEGATIVE, "Pause between two retries of a failing write.")] = 1000
+        Key(
+            NON_NEGATIVE,
+            "How long, from the first failure, commits that fail transiently (Delta conflicts, I/O) are retried, "
+            "each in a new transaction, before the coordinator stops with exit code 1; 0 stops at the first "
+            "failure. A permanent failure (the table's schema, partitioning or protocol refuses the write) stops "
+            "it at once.",
+        ),
+    ] = 300000
+    retry_backoff_ms: Annotated[
+        int,
+        Key(
+            NON_NEGATIVE,
+            "Pause after a failed commit before the new transaction starts; it doubles with every further failure "
+            "in a row, up to 60000 (or this value, when larger).",
+        ),
+    ] = 1000
     shutdown_timeout_ms: Annotated[
         int, Key(POSITIVE, "How long a graceful stop (SIGTERM) may spend draining and committing.")
     ] = 30000

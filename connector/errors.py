@@ -24,12 +24,28 @@ class FencedError(LakesinkError):
 
 
 class CommitError(LakesinkError):
-    """A transaction could not be committed; the table and offsets are as they were before it."""
+    """A transaction could not be committed; the table and offsets are as they were before it.
+
+    `permanent`: no retry can succeed (the table's schema, partitioning or protocol refuses the write, or lakesink's
+    own records are missing). The commit recipe sets it from the cause (connector.table.failures); one raised
+    without it is retried, within write.retry.timeout.ms."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class CommitAbandonedError(LakesinkError):
+    """The coordinator gave up a transaction (a permanent CommitError, or transient ones for longer than
+    write.retry.timeout.ms) and stops; nothing past the last commit is acknowledged anywhere."""
 
 
 class ConstraintViolationError(CommitError):
     """A row breaks a rule of the table (CHECK, NOT NULL, a generated column) and errors.tolerance=none: the
     connector stops, naming the rule and the record; nothing of the txn was committed."""
+
+    def __init__(self, message: str):
+        super().__init__(message, permanent=True)
 
 
 class RecordError(LakesinkError):

@@ -2,11 +2,14 @@
 
 LAKESINK_FAULT=<step> kills the process (SIGKILL) exactly there; LAKESINK_FAULT_ACTION=pause stops it
 (SIGSTOP) instead, so a test can resume it later as a zombie; LAKESINK_FAULT_ACTION=delay holds that thread there
-for LAKESINK_FAULT_DELAY_MS (default 5000), to open a race between the roles of one process. LAKESINK_FAULT_AFTER=N fires on the N-th
-time the step is reached (default 1), and only then.
+for LAKESINK_FAULT_DELAY_MS (default 5000), to open a race between the roles of one process;
+LAKESINK_FAULT_ACTION=raise raises an I/O error (OSError EIO, a transient failure) there. LAKESINK_FAULT_AFTER=N
+fires on the N-th time the step is reached (default 1), and only then, or LAKESINK_FAULT_TIMES=k times in a row
+from then on (default 1).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -30,13 +33,16 @@ def fault_point(step: str) -> None:
     if not target or target != step:
         return
     _seen[step] += 1
-    if _seen[step] != int(os.environ.get("LAKESINK_FAULT_AFTER", "1")):
-        return  # only the N-th time: a paused and resumed process runs on
+    first = int(os.environ.get("LAKESINK_FAULT_AFTER", "1"))
+    if not first <= _seen[step] < first + int(os.environ.get("LAKESINK_FAULT_TIMES", "1")):
+        return  # only from the N-th time, k times: a paused and resumed process runs on
     action = os.environ.get("LAKESINK_FAULT_ACTION", "kill")
     log.warning("fault injection: %s at %s", action, step)
     if action == "delay":
         time.sleep(int(os.environ.get("LAKESINK_FAULT_DELAY_MS", "5000")) / 1000)
         return
+    if action == "raise":
+        raise OSError(errno.EIO, f"fault injection: I/O error at {step}")
     sys.stdout.flush()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGSTOP if action == "pause" else signal.SIGKILL)

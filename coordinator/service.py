@@ -16,13 +16,24 @@ from confluent_kafka.admin import AdminClient
 from connector import logs
 from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
 from connector.protocol.channel import ControlChannel
-from connector.clock import Clock, SystemClock
+from connector.clock import Clock, Deadline, SystemClock
 from connector.config import LakesinkConfig
-from connector.errors import CommitError, ConstraintViolationError, FencedError, LakesinkError
+from connector.errors import CommitAbandonedError, CommitError, ConstraintViolationError, FencedError, LakesinkError
 from connector.faults import fault_point
 from connector.loop import run_until_stopped
-from connector.protocol.messages import AckCommit, Assignment, EndCommit, Offsets, Progress, StartCommit, TopicPartition
+from connector.protocol.messages import (
+    AckCommit,
+    Assignment,
+    CommitFailed,
+    EndCommit,
+    Offsets,
+    Progress,
+    StartCommit,
+    TopicPartition,
+)
 from connector.metrics import Metrics
+from connector.retry import Retries
+from connector.table.failures import Failure, classify
 from connector.table.sink import CommitResult, DeltaTableSink
 from connector.kafka.watermarks import lag, list_offsets
 from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, OffsetReset, Send, offset_resets
@@ -74,6 +85,8 @@ class CoordinatorService:
         self._last_commit_at = time.monotonic()
         self._dlq = None  # connector.kafka.deadletter.DeadLetterProducer, once a constraint rejects a row
         self._resets_warned: set[tuple[TopicPartition, int]] = set()  # (partition, committed) warned about
+        self._retries = Retries(self.clock, cfg.write_retry_timeout_ms, cfg.retry_backoff_ms)
+        self._retry_at: Deadline | None = None  # when a failed commit's txn is discarded and a new one starts
 
     def _default_spark(self):
         from connector.spark import get_spark
@@ -148,7 +161,11 @@ class CoordinatorService:
         recovered = self.sink.recover()
         # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
         self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in self.cfg.kafka_topic_names})
-        epoch = self.sink.claim_epoch(recovered)
+        try:
+            epoch = self.sink.claim_epoch(recovered)
+        except CommitError as exc:
+            raise self._abandon(recovered.epoch + 1, 0, "the epoch claim (txn 0)", exc,
+                                permanent=classify(exc) is Failure.PERMANENT, retried=False) from exc
         if recovered.table_version is not None:
             recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
         self.stats.claims += 1
@@ -169,6 +186,9 @@ class CoordinatorService:
         if self._spark_error is not None:
             raise self._spark_error
         effects: list[Effect] = []
+        if self._retry_at is not None and self._retry_at.expired():
+            self._retry_at = None
+            effects += self._discard_failed()
         channel_stats, state_stats = dict(self._channel.stats), dict(self.state.stats)
         for msg in self._channel.poll(timeout_s):
             if isinstance(msg, Assignment) and self.state.holds(msg.worker) != frozenset(msg.partitions):
@@ -260,21 +280,13 @@ class CoordinatorService:
             result = self.sink.commit(c.version, c.offsets, c.statuses, expect_new_table=not self._table_known)
         except FencedError:
             return self._after_fence()
-        except ConstraintViolationError:
-            raise
-        except CommitError as exc:
-            self.stats.commit_failures += 1
-            self.metrics.txn_discarded.inc()
-            log.error("txn %d of epoch %d not committed: %s; discarding txn %d, started on its offsets, too, and "
-                      "starting a new txn", c.txn, c.epoch, exc, self.state.txn)
-            before = self.state.stats["txn_discarded_with_commit"]
-            effects = self.state.on_commit_failed(self.sink.recover().offsets)
-            self.metrics.txn_discarded.inc(self.state.stats["txn_discarded_with_commit"] - before)
-            return effects
+        except (CommitError, OSError) as exc:  # OSError: the write-ahead manifest could not be written
+            return self._on_commit_failed(c, exc)
         fault_point("coordinator.after-delta-commit")
         if result.skipped_empty:
             return self.state.on_commit_skipped()
         self._table_known = True
+        self._retries.succeeded()
         duration = time.monotonic() - started
         effects = self.state.on_committed(result.table_version, c.offsets)
         self._after_commit(c, result, duration)
@@ -286,6 +298,63 @@ class CoordinatorService:
         profile = self.sink.last_profile
         refresh_s = profile.txn_refresh_s() if profile is not None else None
         return self._table_known and refresh_s is not None and time.monotonic() - self._last_commit_at >= refresh_s
+
+    def _on_commit_failed(self, c: Commit, exc: BaseException) -> list[Effect]:
+        """A permanent failure, or transient ones for write.retry.timeout.ms since the first: stop. Otherwise
+        the txn is discarded, with the txn started on its offsets, after retry.backoff.ms (the step that follows
+        the pause calls _discard_failed); until then the state machine waits for this commit's outcome."""
+        self.stats.commit_failures += 1
+        self.metrics.txn_discarded.inc()
+        failure = classify(exc)
+        if failure is Failure.PERMANENT:
+            self._retries.failed()
+            raise self._abandon(c.epoch, c.txn, f"txn {c.txn}", exc, permanent=True, retried=False) from exc
+        delay = self._retries.failed()
+        if delay is None:
+            raise self._abandon(c.epoch, c.txn, f"txn {c.txn}", exc, permanent=False, retried=True) from exc
+        timeout_s = self.cfg.write_retry_timeout_ms / 1000
+        log.warning("txn %d of epoch %d not committed (%s failure %d in a row): %s; discarding it and txn %d, "
+                    "started on its offsets, and starting a new txn in %.1f s (retry.backoff.ms=%d, doubling); "
+                    "the coordinator stops if commits still fail %.0f s after the first failure "
+                    "(write.retry.timeout.ms=%d)", c.txn, c.epoch, failure.value, self._retries.failures,
+                    _one_line(exc), self.state.txn, delay, self.cfg.retry_backoff_ms,
+                    max(0.0, timeout_s - self._retries.elapsed_s), self.cfg.write_retry_timeout_ms)
+        self._retry_at = Deadline.after(self.clock, delay)
+        return []
+
+    def _discard_failed(self) -> list[Effect]:
+        before = self.state.stats["txn_discarded_with_commit"]
+        effects = self.state.on_commit_failed(self.sink.recover().offsets)
+        self.metrics.txn_discarded.inc(self.state.stats["txn_discarded_with_commit"] - before)
+        return effects
+
+    def _abandon(self, epoch: int, txn: int, what: str, exc: BaseException, permanent: bool,
+                 retried: bool) -> CommitAbandonedError:
+        """The one-line error the coordinator stops with, also sent as COMMIT_FAILED for `lakesink status`."""
+        cfg = self.cfg
+        if isinstance(exc, ConstraintViolationError):
+            why, todo = _one_line(exc).rstrip("."), "the error says what to do"
+        elif permanent:
+            why = f"{_one_line(exc)}. This failure is permanent: no retry can commit it"
+            todo = ("make the table and the configuration agree (its columns, the _kafka_* ones unless "
+                    "connect.meta.data=false, or schema.evolution=true; partition.field.name and its partition "
+                    "columns; a Delta protocol this lakesink writes), then start lakesink again")
+        else:
+            why = _one_line(exc)
+            if retried:
+                why = (f"commits failed for write.retry.timeout.ms={cfg.write_retry_timeout_ms} since the first "
+                       f"failure ({_attempts(self._retries.failures)}); the last error: {why}")
+            todo = ("check the table's storage and any other writer of the table, then start lakesink again (raise "
+                    "write.retry.timeout.ms to ride out longer outages)")
+        message = (f"{what} of epoch {epoch} cannot be committed to {cfg.table_path} (connector {cfg.name}): {why}. "
+                   f"The coordinator stops; nothing past the last commit is acknowledged, and a restart resumes from "
+                   f"the committed offsets: {todo}.")
+        try:
+            self._channel.send(CommitFailed(cfg.name, epoch, txn, error=message,
+                                            attempts=max(1, self._retries.failures)))
+        except Exception as send_error:  # noqa: BLE001 - the error is raised anyway; status just won't show it
+            log.warning("could not send COMMIT_FAILED to %s: %s", cfg.control_topic_name, send_error)
+        return CommitAbandonedError(message)
 
     def _after_fence(self) -> list[Effect]:
         """The table moved under us. A newer epoch owns it: step down. Otherwise (we lost the race to create
@@ -383,6 +452,15 @@ class CoordinatorService:
 
 _SENT_STEPS = {StartCommit: "coordinator.after-start-sent", EndCommit: "coordinator.after-end-sent",
                AckCommit: "coordinator.after-ack"}
+
+
+def _attempts(n: int) -> str:
+    return f"{n} attempt" if n == 1 else f"{n} attempts"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:1000] if text else type(exc).__name__
 
 
 def _fmt(offsets: Offsets) -> str:

@@ -63,7 +63,8 @@ class Roles:
         """Healthy while every loop runs and none has stalled (no round for `stall_s`); `starting` counts as
         healthy (Spark and the consumer group take a while), and so does `waiting`: every loop runs, but the
         coordinator's txn has waited longer than an interval for some partitions' write statuses (a rebalance, a
-        worker that died), which `waiting_for_write_status` lists."""
+        worker that died), which `waiting_for_write_status` lists. Once a loop has failed (a commit the coordinator
+        gave up, say), `error` is its error until the process exits."""
         roles: dict[str, dict[str, Any]] = {}
         waiting = self.metrics.waiting if self.metrics is not None else None
         for t in self._threads:
@@ -91,6 +92,8 @@ class Roles:
                 "last_commit_age_s": None if commit_age is None else round(commit_age, 3)}
         if waiting is not None:
             body["waiting_for_write_status"] = waiting
+        if self.errors:
+            body["error"] = str(self.errors[0])
         return status in ("ok", "starting", "waiting"), body
 
 

@@ -19,6 +19,7 @@ from connector.errors import LakesinkError
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
+    CommitFailed,
     EndCommit,
     Message,
     Progress,
@@ -35,10 +36,11 @@ LAST_COMMITS = 5
 
 
 def control_view(messages: list[Message], now: float | None = None) -> dict[str, Any]:
-    """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits."""
+    """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits, and the
+    error of a coordinator that gave up a commit and stopped (`failed`: None once a START followed it)."""
     now = time.time() if now is None else now
     view: dict[str, Any] = {"messages": len(messages), "latest_epoch": None, "in_flight": None,
-                            "last_commits": [], "last_message_age_s": None, "workers": []}
+                            "last_commits": [], "last_message_age_s": None, "workers": [], "failed": None}
     if not messages:
         return view
     view["latest_epoch"] = max(m.epoch for m in messages)
@@ -69,6 +71,12 @@ def control_view(messages: list[Message], now: float | None = None) -> dict[str,
             latest[m.worker] = m
     view["workers"] = [{"worker": w, "partitions": [f"{t}-{p}" for t, p in m.partitions],
                         "age_s": round(max(0.0, now - m.sent_at), 1)} for w, m in sorted(latest.items())]
+    last_start = max((i for i, m in enumerate(messages) if isinstance(m, StartCommit)), default=-1)
+    failed = [m for m in messages[last_start + 1:] if isinstance(m, CommitFailed)]
+    if failed:
+        f = failed[-1]
+        view["failed"] = {"epoch": f.epoch, "txn": f.txn, "attempts": f.attempts, "error": f.error,
+                          "age_s": round(max(0.0, now - f.sent_at), 1)}
     progress = [m for m in messages if isinstance(m, Progress)][-LAST_COMMITS:]
     view["last_commits"] = [{**{k: m.payload.get(k) for k in ("txn", "epoch", "table_version", "rows", "bytes",
                                                                  "rows_per_s", "commit_duration_s", "lag",
@@ -142,6 +150,10 @@ def render(s: dict[str, Any]) -> str:
                  + (f", the newest {c['last_message_age_s']} s old" if c["last_message_age_s"] is not None else ""))
     if c["latest_epoch"] is not None:
         lines.append(f"epoch      {c['latest_epoch']}")
+    failed = c.get("failed")
+    if failed:
+        lines.append(f"FAILED     the coordinator stopped {failed['age_s']} s ago after {failed['attempts']} failed "
+                     f"commit(s): {failed['error']}")
     f = c["in_flight"]
     if f:
         lines.append(f"txn        {f['txn']} (epoch {f['epoch']}): {f['phase']}, {f['write_statuses']}/"

@@ -126,7 +126,17 @@ class Assignment(_Envelope):
     partitions: tuple[TopicPartition, ...]
 
 
-Message: TypeAlias = StartCommit | EndCommit | WriteStatus | AckCommit | Progress | Assignment
+@dataclass(frozen=True)
+class CommitFailed(_Envelope):
+    """The coordinator gave up txn `txn` of `epoch` and stopped: `error` says why and what to do, after `attempts`
+    failed commits in a row. For `lakesink status` and operators; participants ignore it, and the START of a
+    coordinator started later supersedes it."""
+
+    error: str
+    attempts: int
+
+
+Message: TypeAlias = StartCommit | EndCommit | WriteStatus | AckCommit | Progress | Assignment | CommitFailed
 
 _TYPE_NAMES: dict[type, str] = {
     StartCommit: "START_COMMIT",
@@ -135,6 +145,7 @@ _TYPE_NAMES: dict[type, str] = {
     AckCommit: "ACK_COMMIT",
     Progress: "PROGRESS",
     Assignment: "ASSIGNMENT",
+    CommitFailed: "COMMIT_FAILED",
 }
 _TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in _TYPE_NAMES.items()}
 
@@ -317,4 +328,6 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "files": _decode_files,
     "payload": _object,
     "schema": _optional_str,
+    "error": _str,
+    "attempts": _count,
 }

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from connector.table import delta_writer
 from connector.table.datafiles import partition_types_supported, place, sync_directory, sync_file
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
+from connector.table.failures import Failure, classify
 from connector.table.features import TableProfile, read_profile
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.faults import fault_point
@@ -208,7 +209,8 @@ class DeltaTableSink:
             raise CommitError(
                 f"table {self.table_path} records lakesink txn version {version} for connector {self.app_id!r} "
                 f"but its manifest {self._manifest_path(version)} is missing: the _lakesink folder was removed or "
-                f"the table was copied without it; restore it, or start a new connector name to re-ingest.")
+                f"the table was copied without it; restore it, or start a new connector name to re-ingest.",
+                permanent=True)
         if manifest.get("txn") == 0 and manifest.get("base_table_version") is not None:
             overtaking = self._overtaking_commit(version, manifest.get("base_version"),
                                                  manifest["base_table_version"], latest_table_version)
@@ -221,7 +223,7 @@ class DeltaTableSink:
             return decode_offsets(manifest["offsets"])
         except (KeyError, DecodeError) as exc:
             raise CommitError(f"manifest {self._manifest_path(version)} holds no readable offsets ({exc}): restore "
-                              f"it from a backup of the table's _lakesink folder") from None
+                              f"it from a backup of the table's _lakesink folder", permanent=True) from None
 
     def _overtaking_commit(self, claim: int, base: int | None, base_table_version: int,
                            latest_table_version: int) -> int | None:
@@ -321,7 +323,7 @@ class DeltaTableSink:
                 log.warning("append of txn version %d raised %s but the commit is in the table", version, exc)
             else:
                 raise CommitError(f"Delta append of txn version {version} to {self.table_path} failed: "
-                                  f"{_short(exc)}") from exc
+                                  f"{_short(exc)}", permanent=classify(exc) is Failure.PERMANENT) from exc
         result = self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
         return replace(result, dead_lettered=rejected)
 

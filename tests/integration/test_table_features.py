@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 
 from bench.harness import wait_until
 from connector.config import config_from_dict
-from connector.errors import ConstraintViolationError
+from connector.errors import CommitAbandonedError, ConstraintViolationError
 from connector.loop import run_until_stopped
 from connector.table.features import DELTA_SPARK_FEATURES, UnsupportedTableError
 from coordinator.service import CoordinatorService
@@ -222,7 +222,7 @@ def test_a_violation_stops_the_connector_naming_constraint_and_offset(kafka_boot
     with Sink(cfg, spark) as sink:
         wait_until(lambda: "coordinator" in sink.errors, 120, "the coordinator stops on the violation")
     error = sink.errors["coordinator"]
-    assert isinstance(error, ConstraintViolationError)
+    assert isinstance(error, CommitAbandonedError) and isinstance(error.__cause__, ConstraintViolationError)
     assert f"record {topic}-1@3 violates the amount_nonneg constraint (amount >= 0)" in str(error)
     assert spark.read.format("delta").load(str(table)).count() == 0
 

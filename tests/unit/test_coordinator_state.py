@@ -5,6 +5,7 @@ from connector.errors import ProtocolError
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
+    CommitFailed,
     EndCommit,
     Offsets,
     Progress,
@@ -168,6 +169,8 @@ def test_first_status_wins_and_duplicates_are_counted() -> None:
         (StartCommit("sink", 0, 5, {P0: 0}), "older_epoch"),
         (StartCommit("other", 9, 5, {P0: 0}), "other_connector"),
         (Progress("sink", 2, 1, {}), "newer_epoch"),
+        (CommitFailed("sink", 1, 1, error="txn 1 cannot be committed", attempts=1), "not_write_status"),
+        (CommitFailed("sink", 2, 0, error="the epoch claim failed", attempts=1), "newer_epoch"),  # does not fence
     ],
 )
 def test_ignored_messages_are_counted(msg, reason: str) -> None:

@@ -9,6 +9,7 @@ from connector.protocol.messages import (
     SCHEMA_VERSION,
     AckCommit,
     Assignment,
+    CommitFailed,
     DecodeError,
     EndCommit,
     Message,
@@ -54,6 +55,7 @@ SAMPLES: list[Message] = [
     Assignment("sink", 3, 7, worker="w-1", partitions=(("orders", 0), ("payments", 0))),
     Assignment("sink", 0, 0, worker="w-2", partitions=()),
     EndCommit("sink", 3, 7, offsets=OFFSETS),
+    CommitFailed("sink", 3, 7, error="txn 7 of epoch 3 cannot be committed to /t: ünïcode; start it again", attempts=2),
 ]
 
 
@@ -83,7 +85,7 @@ def test_wire_format_names_type_and_version_and_lists_offsets() -> None:
     assert {"topic": "orders", "partition": 1, "offset": None} in body["offsets"]
     assert [_body(m)["type"] for m in SAMPLES[1:]] == [
         "END_COMMIT", "WRITE_STATUS", "WRITE_STATUS", "ACK_COMMIT", "ACK_COMMIT", "PROGRESS", "ASSIGNMENT", "ASSIGNMENT",
-        "END_COMMIT",
+        "END_COMMIT", "COMMIT_FAILED",
     ]
 
 
@@ -310,3 +312,13 @@ def test_an_assignment_lists_each_partition_once() -> None:
     body["partitions"] = body["partitions"] * 2
     with pytest.raises(DecodeError, match="listed twice"):
         decode(_bytes(body))
+
+
+def test_commit_failed_needs_its_error_and_a_count_of_attempts() -> None:
+    body = _body(SAMPLES[-1])
+    assert (body["type"], body["error"], body["attempts"]) == ("COMMIT_FAILED", SAMPLES[-1].error, 2)
+    for field, bad in (("error", None), ("error", 3), ("attempts", -1), ("attempts", "2")):
+        with pytest.raises(DecodeError, match=field):
+            decode(_bytes(body | {field: bad}))
+    with pytest.raises(DecodeError, match="lacks field 'attempts'"):
+        decode(_bytes({k: v for k, v in body.items() if k != "attempts"}))

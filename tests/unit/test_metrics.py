@@ -135,6 +135,54 @@ def test_roles_health_reports_starting_ok_stalled_and_failed():
     assert not ok and body["status"] == "stopping" and roles.stuck == []
 
 
+def test_a_role_that_gave_up_turns_health_503_with_its_error_and_run_roles_raises_it(tmp_path, monkeypatch):
+    from connector.errors import CommitAbandonedError
+    from bench.harness import wait_until
+
+    seen: dict = {}
+    gave_up = CommitAbandonedError("txn 3 of epoch 1 cannot be committed to /t: permanent; fix it, then restart")
+
+    class GivesUp:
+        def __init__(self, cfg, metrics=None):
+            self.metrics = metrics
+
+        def run(self, stop):
+            wait_until(lambda: "port" in seen, 5, "the metrics server")
+            self.metrics.beat("coordinator")
+            raise gave_up
+
+    class Slow:  # the embedded worker: still stopping while /health is asked
+        def __init__(self, cfg, metrics=None):
+            self.metrics = metrics
+
+        def run(self, stop):
+            while not stop.is_set():
+                self.metrics.beat("worker")
+                stop.wait(0.05)
+            seen["health"] = get(f"http://127.0.0.1:{seen['port']}/health")
+
+    import coordinator.service
+    import participant.worker
+
+    class RecordingServer(MetricsServer):
+        def start(self):
+            started = super().start()
+            seen["port"] = self.port
+            return started
+
+    monkeypatch.setattr(coordinator.service, "CoordinatorService", GivesUp)
+    monkeypatch.setattr(participant.worker, "Worker", Slow)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "MetricsServer", RecordingServer)
+    cfg = cfg_of(tmp_path, **{"metrics.port": _free_port()})
+    with pytest.raises(CommitAbandonedError) as raised:
+        service.run_roles(cfg, coordinator=True, worker=True, timeout_s=30)
+    assert raised.value is gave_up
+    code, body = seen["health"]
+    assert code == 503
+    assert json.loads(body)["status"] == "failed" and json.loads(body)["error"] == str(gave_up)
+
+
 def test_a_loop_that_ignores_stop_is_reported_stuck_after_the_shutdown_timeout():
     roles = service.Roles()
     roles.add("worker", lambda stop: time.sleep(3))

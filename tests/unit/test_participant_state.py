@@ -2,7 +2,7 @@ import pytest
 
 from connector.clock import FakeClock
 from connector.errors import ProtocolError
-from connector.protocol.messages import AckCommit, EndCommit, Progress, StagedFile, StartCommit, WriteStatus
+from connector.protocol.messages import AckCommit, CommitFailed, EndCommit, Progress, StagedFile, StartCommit, WriteStatus
 from participant.state import (
     CommitConsumerOffset,
     Discard,
@@ -280,7 +280,9 @@ def test_other_connectors_and_other_participants_are_ignored() -> None:
     assert part.on_message(start(0, txn=5, connector="other")) == []
     assert part.on_message(status) == []
     assert part.on_message(Progress("sink", 1, 1, {})) == []
-    assert (part.stats["other_connector"], part.stats["not_for_participants"]) == (1, 2)
+    assert part.on_message(CommitFailed("sink", 1, 1, error="txn 1 cannot be committed", attempts=1)) == []
+    assert part.on_message(CommitFailed("sink", 2, 1, error="the epoch claim failed", attempts=1)) == []
+    assert (part.stats["other_connector"], part.stats["not_for_participants"]) == (1, 4)
     assert part.txn == 1 and part.phase is Phase.CONSUMING
 
 

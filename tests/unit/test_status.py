@@ -76,3 +76,27 @@ def test_a_stalled_round_shows_what_it_waits_for_and_who_holds_what():
     assert "END-COMMIT sent 300.0 s ago; waiting for t-0, t-1" in text
     assert "worker     host-0: t-0, t-1 (announced 306.0 s ago)" in text
     assert "worker     host-1: no partitions" in text
+
+
+def test_a_coordinator_that_gave_up_shows_its_error_until_a_new_one_starts():
+    from connector.protocol.messages import CommitFailed
+
+    offsets = {("t", 0): 0}
+    error = ("txn 1 of epoch 1 cannot be committed to /tables/events (connector c): column(s) '_kafka_topic' are "
+             "not in the target schema. This failure is permanent: no retry can commit it. The coordinator stops")
+    messages = [
+        StartCommit("c", 1, 1, offsets, sent_at=T0),
+        EndCommit("c", 1, 1, offsets=offsets, sent_at=T0 + 2),
+        StartCommit("c", 1, 2, {("t", 0): 10}, sent_at=T0 + 3),
+        CommitFailed("c", 1, 1, error=error, attempts=1, sent_at=T0 + 4),
+    ]
+    view = control_view(messages, now=T0 + 10)
+    assert view["failed"] == {"epoch": 1, "txn": 1, "attempts": 1, "error": error, "age_s": 6.0}
+    text = render({"connector": "c", "table_path": "/tables/events", "control_topic": "ctl",
+                   "table": {"exists": False}, "control": view, "partitions": [], "total_lag": 0, "problems": []})
+    assert f"FAILED     the coordinator stopped 6.0 s ago after 1 failed commit(s): {error}" in text.splitlines()
+    restarted = control_view([*messages, StartCommit("c", 2, 1, offsets, sent_at=T0 + 60)], now=T0 + 61)
+    assert restarted["failed"] is None
+    assert "FAILED" not in render({"connector": "c", "table_path": "/x", "control_topic": "ctl",
+                                   "table": {"exists": False}, "control": restarted, "partitions": [],
+                                   "total_lag": 0, "problems": []})
