@@ -266,5 +266,5 @@ def test_no_record_is_lost_when_the_dead_letter_topic_refuses_writes_before_and_
     assert result["rows"] == len(source.coords(good=True)) == 158
     report(f"dead-letter flood before the table exists: {len(bad)} bad records were in the dead-letter topic "
            f"{min(copies.values())} to {max(copies.values())} times each by the time the first good records had "
-           f"created the table (every txn without a table re-reads them)")
+           f"created the table")
 

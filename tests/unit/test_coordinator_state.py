@@ -299,12 +299,13 @@ def test_commit_skipped_acks_and_keeps_offsets() -> None:
     assert coord.stats["commit_skipped"] == 1
 
 
-def test_commit_skipped_that_would_have_moved_offsets_discards_the_next_txn() -> None:
-    coord, _, _ = committing()  # e.g. only dead-lettered records and no table yet
-    ack, start = sent(coord.on_commit_skipped())
-    assert ack.table_version is None and ack.offsets == {P0: 10}
-    assert start.txn == 3 and start.offsets == {P0: 10, P1: None}
-    assert coord.stats["commit_skipped"] == 1
+def test_commit_skipped_that_moves_offsets_moves_them_in_memory_and_keeps_the_next_txn() -> None:
+    coord, _, _ = committing()  # only dead-lettered records and no table yet
+    assert coord.txn == 2
+    [ack] = sent(coord.on_commit_skipped())
+    assert ack.table_version is None and ack.offsets == {P0: 15, P1: 3}
+    assert coord.committed_offsets == {P0: 15, P1: 3} and coord.txn == 2 and coord.committing is None
+    assert coord.stats["commit_skipped"] == 1 and coord.stats["txn_discarded_with_commit"] == 0
 
 
 def test_commit_failed_discards_the_next_txn_and_restarts_with_the_offsets_read_back() -> None:
