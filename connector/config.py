@@ -287,7 +287,9 @@ class LakesinkConfig(BaseModel):
         Tolerance,
         Key(
             _choice(get_args(Tolerance)),
-            "`none`: a record error stops the connector; `all`: the record goes to the dead-letter topic.",
+            "`none`: a record error, or a row that breaks a constraint of the table (CHECK, NOT NULL, a generated "
+            "column), stops the connector; `all`: the record goes to the dead-letter topic (a rejected row's headers "
+            "name the constraint and its expression) and the rest commit.",
         ),
     ] = "none"
     errors_deadletterqueue_topic_name: Annotated[
