@@ -76,3 +76,29 @@ class PacedProducer:
         if self.error:
             raise self.error
         return self.counts
+
+
+def read_topic(bootstrap: str, topic: str, expected, timeout_s: float = 60) -> list:
+    """Every record of `topic` from its start, once `expected` (a count, or a predicate on the records read) is
+    met, and a moment more to see any extra."""
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from bench.harness import wait_until
+
+    done = expected if callable(expected) else (lambda got: len(got) >= expected)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list = []
+    try:
+        def enough():
+            got.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
+            return done(got)
+
+        wait_until(enough, timeout_s, f"{expected} records in {topic}", interval_s=0)
+        got.extend(m for m in consumer.consume(1000, timeout=2.0) if m.error() is None)
+    finally:
+        consumer.close()
+    return got

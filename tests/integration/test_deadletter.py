@@ -17,6 +17,7 @@ from bench.harness import (
     table_offsets,
     wait_until,
 )
+from tests.support import read_topic
 from connector.kafka.deadletter import TRUNCATED_HEADER, DeadLetterError, DeadLetterProducer, payload_size
 
 pytestmark = pytest.mark.integration
@@ -31,28 +32,6 @@ def _set_topic_config(admin, topic: str, **settings: str) -> None:
                for k, v in settings.items()]
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
-
-
-def _read_all(bootstrap: str, topic: str, expected, timeout_s: float = 60) -> list:
-    """Every record of `topic`, once `expected` (a count, or a predicate on the records) is met, and a moment
-    more to see any extra."""
-    from confluent_kafka import Consumer
-
-    done = expected if callable(expected) else (lambda got: len(got) >= expected)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dlq-audit-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list = []
-    try:
-        def enough():
-            got.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
-            return done(got)
-
-        wait_until(enough, timeout_s, f"{expected} records in {topic}", interval_s=0)
-        got.extend(m for m in consumer.consume(1000, timeout=2.0) if m.error() is None)
-    finally:
-        consumer.close()
-    return got
 
 
 def _context(i: int) -> list[tuple[str, bytes]]:
@@ -75,7 +54,7 @@ def test_records_above_the_topics_max_message_bytes_are_dead_lettered_cut_with_a
     assert producer.truncated == 4
     producer.close()
 
-    got = _read_all(kafka_bootstrap, dlq, 40)
+    got = read_topic(kafka_bootstrap, dlq, 40)
     assert len(got) == 40
     for m in got:
         h = dict(m.headers())
@@ -98,7 +77,7 @@ def test_a_record_the_broker_refuses_as_too_large_is_produced_again_cut(kafka_bo
     producer.produce(b"small", b"{}", _context(8))
     assert producer.confirm() == 2
     producer.close()
-    got = _read_all(kafka_bootstrap, dlq, 2)
+    got = read_topic(kafka_bootstrap, dlq, 2)
     assert [m.key() for m in got] == [b"big", b"small"] or sorted(m.key() for m in got) == [b"big", b"small"]
     big = next(m for m in got if m.key() == b"big")
     assert value.startswith(big.value()) and len(big.value()) < 4096
@@ -126,7 +105,7 @@ def test_refused_deliveries_raise_and_go_through_once_the_cause_is_fixed(kafka_b
         producer.produce(f"k{i}".encode(), b"v", _context(i))
     assert producer.confirm() == 5, "the producer works again once the topic exists"
     producer.close()
-    got = _read_all(kafka_bootstrap, dlq, 5)
+    got = read_topic(kafka_bootstrap, dlq, 5)
     assert sorted(m.key() for m in got) == [f"k{i}".encode() for i in range(5)], "the refused ones were not written"
 
 
@@ -214,7 +193,7 @@ def test_no_record_is_lost_when_the_dead_letter_topic_refuses_writes_before_and_
         # 2. The topic appears (smaller than the largest records): every bad record gets there, cut if need be.
         create_topic(admin, dlq, 1, config={"max.message.bytes": "8192"})
         bad = source.coords(good=False)
-        first_round = _read_all(kafka_bootstrap, dlq, lambda got: set(_dead_lettered(got)) >= bad, DRAIN_S)
+        first_round = read_topic(kafka_bootstrap, dlq, lambda got: set(_dead_lettered(got)) >= bad, DRAIN_S)
         dead = _dead_lettered(first_round)
         assert set(dead) == bad, "every bad record is dead-lettered"
         for m in first_round:
@@ -234,7 +213,7 @@ def test_no_record_is_lost_when_the_dead_letter_topic_refuses_writes_before_and_
 
         # 4. The topic goes away after the table exists: the txn holding a bad record sends no WRITE-STATUS
         # and no offset moves past it, while the other partition's good records wait with it.
-        copies = _dead_lettered(_read_all(kafka_bootstrap, dlq, len(first_round)))
+        copies = _dead_lettered(read_topic(kafka_bootstrap, dlq, len(first_round)))
         assert set(copies) == bad
         admin.delete_topics([dlq])[dlq].result(timeout=30)
         wait_until(lambda: dlq not in admin.list_topics(timeout=10).topics, 30, f"{dlq} deleted")
@@ -257,7 +236,7 @@ def test_no_record_is_lost_when_the_dead_letter_topic_refuses_writes_before_and_
         create_topic(admin, dlq, 1)
         wait_until(lambda: seen("committed txn") and exactly_once(table, source.expected_rows()), DRAIN_S,
                    "every good record in the table exactly once", interval_s=0.5)
-        second_round = _read_all(kafka_bootstrap, dlq, lambda got: (topic, 0, bad_offset) in _dead_lettered(got), 60)
+        second_round = read_topic(kafka_bootstrap, dlq, lambda got: (topic, 0, bad_offset) in _dead_lettered(got), 60)
         assert set(_dead_lettered(second_round)) == {(topic, 0, bad_offset)}
         assert proc.terminate() == 0, proc.tail()
 

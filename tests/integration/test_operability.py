@@ -13,14 +13,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
-from tests.support import PacedProducer, produce_json
+from tests.support import PacedProducer, produce_json, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -108,25 +107,6 @@ def _bad_value(kind: str, i: int) -> bytes | None:
     }[kind]
 
 
-def _read_dlq(bootstrap: str, topic: str, expected: int, timeout_s: float) -> list:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dlq-audit-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list = []
-    try:
-        def enough():
-            got.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
-            return len(got) >= expected
-
-        wait_until(enough, timeout_s, f"{expected} dead-letter records in {topic}", interval_s=0)
-        got.extend(m for m in consumer.consume(1000, timeout=2.0) if m.error() is None)  # and no more than that
-    finally:
-        consumer.close()
-    return got
-
-
 def test_dead_letters_metrics_health_progress_and_json_logs_in_one_run(kafka_bootstrap, make_topic, tmp_path):
     from connector.protocol.channel import read_tail
     from connector.config import load_config
@@ -163,7 +143,7 @@ def test_dead_letters_metrics_health_progress_and_json_logs_in_one_run(kafka_boo
 
         wait_until(lambda: _alive(proc) or set(table_offsets(table)) == good, DRAIN_S,
                    "every good record of the mixed stream in the table", interval_s=0.5)
-        dead = _read_dlq(kafka_bootstrap, dlq, len(bad), 60)
+        dead = read_topic(kafka_bootstrap, dlq, len(bad), 60)
         after = _scrape(port)
         health = _get(f"http://127.0.0.1:{port}/health")
         tail = read_tail(kafka_bootstrap, cfg.control_topic_name, cfg.name)
@@ -357,7 +337,7 @@ def test_records_consumed_while_the_first_commit_creates_the_table_are_held_to_i
         good = tracked.where(lambda k: k == "good") | {(topic, p, o) for p, n in first.items() for o in range(n)}
         wait_until(lambda: _alive(worker) or _alive(coordinator) or set(table_offsets(table)) == good, DRAIN_S,
                    "every good record in the table", interval_s=0.5)
-        dead = _read_dlq(kafka_bootstrap, dlq, 20, 60)
+        dead = read_topic(kafka_bootstrap, dlq, 20, 60)
         cfg = load_config(config)
         starts = [m for m in read_tail(kafka_bootstrap, cfg.control_topic_name, cfg.name) if isinstance(m, StartCommit)]
         assert coordinator.terminate() == 0 and worker.terminate() == 0

@@ -10,7 +10,7 @@ import uuid
 
 import deltalake
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from bench.harness import wait_until
 from connector.config import config_from_dict
@@ -19,6 +19,7 @@ from connector.loop import run_until_stopped
 from connector.table.features import DELTA_SPARK_FEATURES, UnsupportedTableError
 from coordinator.service import CoordinatorService
 from participant.worker import Worker
+from tests.support import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -152,25 +153,6 @@ def test_a_users_table_round_trips_every_value(kind, kafka_bootstrap, make_topic
         assert all("delta.columnMapping.physicalName" in f["metadata"] for f in after)
 
 
-def _dead_letters(bootstrap, topic, count, timeout_s=60):
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dlq-{uuid.uuid4().hex[:6]}",
-                         "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    out = []
-    try:
-        wait_until(lambda: _poll_into(consumer, out) >= count, timeout_s, f"{count} dead letters in {topic}")
-    finally:
-        consumer.close()
-    return out
-
-
-def _poll_into(consumer, out):
-    msg = consumer.poll(0.5)
-    if msg is not None and msg.error() is None:
-        out.append(msg)
-    return len(out)
-
-
 @pytest.mark.parametrize("rule", ["check", "not_null"])
 def test_rows_a_constraint_rejects_are_dead_lettered_with_its_name(rule, kafka_bootstrap, make_topic, tmp_path,
                                                                    spark):
@@ -198,7 +180,7 @@ def test_rows_a_constraint_rejects_are_dead_lettered_with_its_name(rule, kafka_b
 
     rows = _rows(spark, table)
     assert sorted(rows) == [i for i in range(200) if i % 10]
-    letters = _dead_letters(kafka_bootstrap, dlq, 20)
+    letters = read_topic(kafka_bootstrap, dlq, 20)
     assert sorted(json.loads(m.value())["id"] for m in letters) == list(range(0, 200, 10))
     name, expression = ("amount_nonneg", "amount >= 0") if rule == "check" else ("NOT NULL", "user NOT NULL")
     for m in letters:
