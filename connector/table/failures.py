@@ -19,6 +19,7 @@ from enum import Enum
 
 from connector.errors import CommitError
 from connector.schema.algebra import IncompatibleSchemas
+from connector.table.features import UnsupportedTableError
 
 
 class Failure(Enum):
@@ -104,7 +105,7 @@ def classify(exc: BaseException) -> Failure:
     """Any exception a commit raised: lakesink's own, a JVM error through py4j or PySpark, a Python one."""
     if isinstance(exc, CommitError):
         return Failure.PERMANENT if exc.permanent else Failure.TRANSIENT
-    if isinstance(exc, IncompatibleSchemas):
+    if isinstance(exc, (IncompatibleSchemas, UnsupportedTableError)):
         return Failure.PERMANENT
     java = getattr(exc, "java_exception", None)
     if java is None:

@@ -7,8 +7,9 @@ import errno
 
 import pytest
 
-from connector.errors import CommitError
+from connector.errors import CommitError, ConstraintViolationError
 from connector.schema.algebra import IncompatibleSchemas
+from connector.table.features import UnsupportedTableError
 from connector.table.failures import Failure, JavaThrowable, classify, classify_java
 
 OBJECT = ("java.lang.Exception", "java.lang.Throwable", "java.lang.Object")
@@ -184,6 +185,8 @@ class CommitFailedError(DeltaError):
     (CommitFailedError("Version 3 already exists"), Failure.TRANSIENT),
     (DeltaError("Kernel error: Unsupported: Feature 'futureFeature' is not supported"), Failure.PERMANENT),
     (DeltaError("Generic error"), Failure.UNKNOWN),
+    (UnsupportedTableError("lakesink cannot write /t: table feature 'x' is unknown"), Failure.PERMANENT),
+    (ConstraintViolationError("record t-0@3 violates the c constraint (a > 0)"), Failure.PERMANENT),
     (ValueError("something else"), Failure.UNKNOWN),
 ], ids=lambda v: v.name if isinstance(v, Failure) else type(v).__name__)
 def test_python_exceptions(exc, expected):
