@@ -96,7 +96,7 @@ def _error_lines(log_path, text: str) -> list[str]:
 
 
 def test_a_table_without_the_kafka_columns_stops_lakesink_with_exit_1_and_status_shows_why(
-        kafka_bootstrap, make_topic, tmp_path):
+        kafka_bootstrap, make_topic, tmp_path, report):
     topic = make_topic(partitions=2)
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"schema.evolution": "false"})
     cfg = load_config(config)
@@ -133,7 +133,7 @@ def test_a_table_without_the_kafka_columns_stops_lakesink_with_exit_1_and_status
     text = subprocess.run([sys.executable, "-m", "connector", "status", "--config", str(config)],
                           capture_output=True, text=True, timeout=60).stdout
     assert "FAILED     the coordinator stopped" in text and "_kafka_topic" in text
-    print(f"permanent failure: exit 1 {stopped_s:.1f} s after the start")
+    report(f"permanent commit failure (table without the _kafka_* columns): exit 1 {stopped_s:.1f} s after the start")
 
 
 def test_a_transient_failure_is_retried_after_the_backoff_and_every_record_lands_exactly_once(
@@ -172,7 +172,7 @@ def test_a_transient_failure_is_retried_after_the_backoff_and_every_record_lands
 
 
 def test_commits_failing_past_write_retry_timeout_stop_lakesink_and_a_restart_resumes_exactly_once(
-        kafka_bootstrap, make_topic, tmp_path):
+        kafka_bootstrap, make_topic, tmp_path, report):
     topic = make_topic(partitions=2)
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"retry.backoff.ms": 1000,
                                                                   "write.retry.timeout.ms": 5000})
@@ -212,4 +212,5 @@ def test_commits_failing_past_write_retry_timeout_stop_lakesink_and_a_restart_re
         assert proc.terminate() == 0
     assert audit(table, expected) == {"rows": 2000, "missing": 0, "duplicated": 0, "unexpected": 0}
     assert status["control"]["failed"] is None  # the restarted coordinator's START supersedes it
-    print(f"transient failures: exit 1 {gave_up_s:.1f} s after the records that could not be committed")
+    report(f"transient commit failures past write.retry.timeout.ms=5000: exit 1 {gave_up_s:.1f} s after the records "
+           f"that could not be committed")
