@@ -176,7 +176,6 @@ def test_commits_failing_past_write_retry_timeout_stop_lakesink_and_a_restart_re
     topic = make_topic(partitions=2)
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"retry.backoff.ms": 1000,
                                                                   "write.retry.timeout.ms": 5000})
-    cfg = load_config(config)
     table = tmp_path / "tables" / "events"
     fault = {"LAKESINK_FAULT": "coordinator.after-manifest", "LAKESINK_FAULT_ACTION": "raise",
              "LAKESINK_FAULT_AFTER": "2", "LAKESINK_FAULT_TIMES": "1000"}
