@@ -1,4 +1,4 @@
-"""Session-wide real infrastructure: one Kafka broker and one SparkSession per test session."""
+"""Session-wide real infrastructure: one Kafka broker, one S3 server and one SparkSession per test session."""
 from __future__ import annotations
 
 import os
@@ -20,6 +20,17 @@ def kafka_broker(tmp_path_factory):
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """The LocalS3 (SeaweedFS) of this session, with its bucket."""
+    from connector.storage.local_s3 import LocalS3
+
+    server = LocalS3(tmp_path_factory.mktemp("s3"))
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,23 @@ def _cmd_kafka(args) -> int:
     return 0
 
 
+def _cmd_s3(args) -> int:
+    from connector.storage import local_s3
+
+    if args.action == "start":
+        st = local_s3.start_detached(port=args.port, timeout_s=args.timeout)
+        print(f"S3 server running: s3.endpoint={st.endpoint} bucket={st.bucket} aws.access.key.id={st.access_key} "
+              f"(pid {st.pid}, data in {st.data_dir})")
+    elif args.action == "stop":
+        st = local_s3.stop_detached()
+        print(f"S3 server on {st.endpoint} stopped." if st else "No S3 server started by lakesink is running.")
+    else:
+        st = local_s3.running_server()
+        print(f"running: s3.endpoint={st.endpoint} bucket={st.bucket} (pid {st.pid})" if st else "not running")
+        return 0 if st else 1
+    return 0
+
+
 def _cmd_demo(args) -> int:
     from connector.app import demo
 
@@ -116,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9092, help="listener port (0 picks a free one; default 9092)")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the broker to answer")
     p.set_defaults(func=_cmd_kafka)
+
+    p = sub.add_parser("s3", help="start/stop a local S3-compatible server (SeaweedFS) on 127.0.0.1")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=8333, help="S3 port (0 picks a free one; default 8333)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server to answer")
+    p.set_defaults(func=_cmd_s3)
 
     for name, text in (("run", "coordinator and worker in one process (the embedded default)"),
                        ("coordinator", "the coordinator only (needs Spark)"),

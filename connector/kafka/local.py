@@ -213,7 +213,7 @@ def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:
         return False
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not process_alive(pid):
             return True
         time.sleep(0.2)
     try:
@@ -223,7 +223,7 @@ def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)
         if waited == pid:
@@ -264,7 +264,7 @@ def running_broker() -> BrokerState | None:
     if not f.exists():
         return None
     st = BrokerState(**json.loads(f.read_text()))
-    if not _alive(st.pid):
+    if not process_alive(st.pid):
         f.unlink()
         return None
     return st

@@ -1,0 +1,85 @@
+"""The local S3 server the suite and the demo use (connector/storage/local_s3.py): it answers, checks credentials,
+and honours conditional writes. Everything lakesink will claim about commits on S3 rests on the last fact, so the
+suite proves it of the pinned server: if a version of it ever stops refusing a second `If-None-Match: *` put,
+these tests fail instead of every later test passing for the wrong reason."""
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from botocore.exceptions import ClientError
+
+from connector.storage.local_s3 import LocalS3, s3_client
+
+pytestmark = pytest.mark.integration
+
+
+def _put_if_absent(client, bucket: str, key: str, body: bytes) -> int:
+    """HTTP status of a conditional create: 200 when the key was new, 412 when it existed."""
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+        return 200
+    except ClientError as error:
+        return int(error.response["ResponseMetadata"]["HTTPStatusCode"])
+
+
+def test_a_second_conditional_put_of_one_key_is_refused(s3_server):
+    client, key = s3_server.client(), f"probe/{uuid.uuid4().hex}"
+    assert _put_if_absent(client, s3_server.bucket, key, b"first") == 200
+    assert _put_if_absent(client, s3_server.bucket, key, b"second") == 412
+    assert client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read() == b"first"
+
+
+def test_of_sixteen_concurrent_conditional_puts_exactly_one_wins(s3_server):
+    client, key = s3_server.client(), f"race/{uuid.uuid4().hex}"
+    results: list[int] = []
+    barrier = threading.Barrier(16)
+
+    def put(i: int) -> None:
+        own = s3_server.client()
+        barrier.wait()
+        results.append(_put_if_absent(own, s3_server.bucket, key, f"writer {i}".encode()))
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [200] + [412] * 15, results
+    winner = client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read().decode()
+    assert winner.startswith("writer ")
+
+
+def test_wrong_credentials_are_refused(s3_server):
+    intruder = s3_client(s3_server.endpoint, "lakesink", "not-the-secret")
+    with pytest.raises(ClientError) as refused:
+        intruder.put_object(Bucket=s3_server.bucket, Key="x", Body=b"x")
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+
+
+def test_a_port_in_use_is_a_one_line_setup_error(s3_server, tmp_path):
+    from connector.errors import SetupError
+
+    with pytest.raises(SetupError, match=f"port {s3_server.port} .* is already in use"):
+        LocalS3(tmp_path / "second", port=s3_server.port).start()
+
+
+def test_the_cli_starts_reports_and_stops_a_detached_server(tmp_path, monkeypatch, capsys):
+    """`lakesink s3 start|status|stop`: the server outlives the command, and status and stop find it again."""
+    from connector.app.cli import main
+
+    monkeypatch.setenv("LAKESINK_CACHE", str(tmp_path / "cache"))
+    assert main(["s3", "start", "--port", "0"]) == 0
+    started = capsys.readouterr().out
+    assert started.startswith("S3 server running: s3.endpoint=http://127.0.0.1:") and "bucket=lakesink" in started
+    endpoint = started.split("s3.endpoint=")[1].split()[0]
+    try:
+        assert main(["s3", "status"]) == 0
+        assert f"running: s3.endpoint={endpoint}" in capsys.readouterr().out
+        client = s3_client(endpoint, "lakesink", "lakesink-local-secret")
+        assert _put_if_absent(client, "lakesink", "k", b"v") == 200
+    finally:
+        assert main(["s3", "stop"]) == 0
+    assert capsys.readouterr().out.strip() == f"S3 server on {endpoint} stopped."
+    assert main(["s3", "status"]) == 1 and capsys.readouterr().out.strip() == "not running"
