@@ -1,7 +1,7 @@
 """Java dependencies resolved from Maven Central with Maven, once, into an ignored cache folder.
 
-Two bundles: the Kafka broker (server modules plus the log4j2 backend and its slf4j 1.x binding, which the broker's POM leaves out)
-and the Delta jars for the pinned delta-spark. Spark itself comes with pyspark; nothing Spark already ships
+Bundles: the Kafka broker (server modules plus the log4j2 backend and its slf4j 1.x binding, which the broker's POM leaves out),
+the Delta jars for the pinned delta-spark, and S3A (hadoop-aws with the AWS SDK modules it uses, not the SDK's bundle). Spark itself comes with pyspark; nothing Spark already ships
 is added twice.
 """
 from __future__ import annotations
@@ -22,6 +22,8 @@ LOG4J_VERSION = "2.25.2"
 DELTA_VERSION = "4.4.0"
 SCALA_BINARY = "2.13"
 SPARK_VERSION = "4.2.0"
+HADOOP_VERSION = "3.5.0"  # the Hadoop pyspark 4.2 bundles (hadoop-client-api-3.5.0.jar)
+AWS_SDK_VERSION = "2.35.4"
 
 MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
 
@@ -59,6 +61,21 @@ SPARK_KAFKA_BUNDLE = Bundle(
     f"spark-sql-kafka-{SPARK_VERSION}",
     (Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA_BINARY}", SPARK_VERSION),),
 )
+
+
+S3_BUNDLE = Bundle(
+    f"hadoop-aws-{HADOOP_VERSION}",
+    (
+        Artifact("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION),
+        Artifact("software.amazon.awssdk", "s3", AWS_SDK_VERSION),
+        Artifact("software.amazon.awssdk", "s3-transfer-manager", AWS_SDK_VERSION),
+        Artifact("software.amazon.awssdk", "sts", AWS_SDK_VERSION),
+    ),
+    # the SDK's 686 MB `bundle` (hadoop-aws's declared dependency) is replaced by the modules above
+    excludes=("software.amazon.awssdk:bundle",),
+)
+"""S3A for Spark: hadoop-aws of pyspark's Hadoop and the AWS SDK v2 modules it uses; what pyspark ships (Hadoop's
+client jars, netty) is left out by `resolve`."""
 
 
 def cache_root() -> Path:
@@ -110,9 +127,13 @@ def require_maven() -> str:
 
 
 def _pom(bundle: Bundle) -> str:
+    exclusions = "".join(
+        f"<exclusion><groupId>{e.split(':')[0]}</groupId><artifactId>{(e.split(':') + ['*'])[1]}</artifactId>"
+        f"</exclusion>" for e in bundle.excludes)
     deps = "\n".join(
         f"""    <dependency>
       <groupId>{a.group}</groupId><artifactId>{a.artifact}</artifactId><version>{a.version}</version>
+      <exclusions>{exclusions}</exclusions>
     </dependency>"""
         for a in bundle.artifacts
     )
@@ -186,6 +207,10 @@ def delta_jars() -> list[Path]:
 
 def kafka_jars() -> list[Path]:
     return resolve(KAFKA_BUNDLE)
+
+
+def s3_jars() -> list[Path]:
+    return resolve(S3_BUNDLE, skip_present_in=spark_jars_dir())
 
 
 def spark_kafka_jars() -> list[Path]:

@@ -60,9 +60,10 @@ def make_topic(admin):
 
 @pytest.fixture(scope="session")
 def spark():
+    from connector import jars
     from connector.spark import get_spark
 
-    session = get_spark("lakesink-tests", master="local[2]")
+    session = get_spark("lakesink-tests", master="local[2]", extra_jars=[str(j) for j in jars.s3_jars()])
     yield session
     session.stop()
 

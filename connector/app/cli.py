@@ -11,7 +11,7 @@ from connector.errors import ConfigError, LakesinkError
 def _cmd_deps(args) -> int:
     from connector import jars
 
-    for bundle in (jars.kafka_jars, jars.delta_jars):
+    for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars):
         found = bundle()
         print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
     return 0

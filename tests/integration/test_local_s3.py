@@ -83,3 +83,41 @@ def test_the_cli_starts_reports_and_stops_a_detached_server(tmp_path, monkeypatc
         assert main(["s3", "stop"]) == 0
     assert capsys.readouterr().out.strip() == f"S3 server on {endpoint} stopped."
     assert main(["s3", "status"]) == 1 and capsys.readouterr().out.strip() == "not running"
+
+
+def test_spark_writes_delta_through_s3a_and_its_conditional_create_is_refused(s3_server, spark):
+    """The two facts a put-if-absent Delta log store on S3 stands on, with the pinned jars (hadoop-aws of pyspark's
+    Hadoop, the AWS SDK modules without its bundle): Spark's S3A reads and writes a Delta table on the local server,
+    and S3A's create with `fs.option.create.conditional.overwrite` sends `If-None-Match: *`, so a second create of
+    one key fails (HTTP 412) instead of overwriting it."""
+    from py4j.protocol import Py4JJavaError
+
+    from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+
+    hadoop = spark._jsc.hadoopConfiguration()
+    for key, value in {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": ACCESS_KEY,
+                       "fs.s3a.secret.key": SECRET_KEY, "fs.s3a.path.style.access": "true",
+                       "fs.s3a.endpoint.region": "us-east-1"}.items():
+        hadoop.set(key, value)
+    table = f"s3a://{s3_server.bucket}/tables/{uuid.uuid4().hex}"
+    spark.range(10).write.format("delta").save(table)
+    assert spark.read.format("delta").load(table).count() == 10
+    assert any(o["Key"].endswith("_delta_log/00000000000000000000.json") for o in
+               s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix=table.split("/", 3)[3])["Contents"])
+
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"s3a://{s3_server.bucket}/conditional/{uuid.uuid4().hex}")
+    fs = path.getFileSystem(hadoop)
+
+    def create(body: bytes) -> None:
+        out = fs.createFile(path).overwrite(False).must("fs.option.create.conditional.overwrite", True).build()
+        out.write(bytearray(body))
+        out.close()
+
+    create(b"first")
+    with pytest.raises(Py4JJavaError) as refused:
+        create(b"second")
+    assert refused.value.java_exception.getClass().getName() == "org.apache.hadoop.fs.s3a.RemoteFileChangedException"
+    assert "412" in refused.value.java_exception.getMessage()
+    key = path.toUri().getPath().lstrip("/")
+    assert s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read() == b"first"
