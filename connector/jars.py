@@ -213,5 +213,44 @@ def s3_jars() -> list[Path]:
     return resolve(S3_BUNDLE, skip_present_in=spark_jars_dir())
 
 
+LOGSTORE_SOURCE = Path(__file__).resolve().parent / "table" / "java"
+LOGSTORE_CLASS = "io.lakesink.delta.ConditionalS3LogStore"
+
+
+def logstore_jar() -> Path:
+    """lakesink's put-if-absent Delta log store for s3a:// (connector/table/java), compiled once with javac
+    against the pinned delta-storage, pyspark's Hadoop and hadoop-aws; rebuilt when its source changes."""
+    import hashlib
+    import zipfile
+
+    sources = sorted(LOGSTORE_SOURCE.rglob("*.java"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    target = cache_root() / "jars" / f"lakesink-logstore-{digest}"
+    jar = target / "lakesink-logstore.jar"
+    if jar.exists():
+        return jar
+    javac = shutil.which("javac", path=_java_path())
+    if not javac:
+        raise SetupError("javac (a JDK 17, not only a JRE) is needed once to build lakesink's Delta log store for "
+                         "S3: install OpenJDK 17 with its compiler (e.g. `apt-get install openjdk-17-jdk-headless`) "
+                         "and run again.")
+    classpath = [*delta_jars(), *spark_jars_dir().glob("hadoop-client-api-*.jar"), *s3_jars()]
+    classes = target / "classes"
+    if target.exists():
+        shutil.rmtree(target)
+    classes.mkdir(parents=True)
+    proc = subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes),
+                           "-cp", os.pathsep.join(str(p) for p in classpath), *map(str, sources)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SetupError(f"compiling lakesink's Delta log store failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
+    temporary = jar.with_suffix(".tmp")
+    with zipfile.ZipFile(temporary, "w") as out:
+        for f in sorted(classes.rglob("*.class")):
+            out.write(f, f.relative_to(classes).as_posix())
+    os.replace(temporary, jar)
+    return jar
+
+
 def spark_kafka_jars() -> list[Path]:
     return resolve(SPARK_KAFKA_BUNDLE, skip_present_in=spark_jars_dir())

@@ -31,6 +31,8 @@ _DEFAULTS = {
     "spark.sql.parquet.compression.codec": "snappy",
     # Keep Spark off Ivy entirely: every jar is on spark.jars.
     "spark.jars.ivySettings": "",
+    # every commit to an s3a:// table is put-if-absent on the store (connector/table/java, docs/ARCHITECTURE.md)
+    "spark.delta.logStore.s3a.impl": jars.LOGSTORE_CLASS,
 }
 
 
@@ -40,7 +42,7 @@ def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mappin
     jars.require_java()
     from pyspark.sql import SparkSession
 
-    all_jars = [str(p) for p in jars.delta_jars()] + list(extra_jars or [])
+    all_jars = [str(p) for p in (*jars.delta_jars(), *jars.s3_jars(), jars.logstore_jar())] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = dict(_DEFAULTS)
     settings["spark.jars"] = ",".join(all_jars)

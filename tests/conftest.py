@@ -60,10 +60,9 @@ def make_topic(admin):
 
 @pytest.fixture(scope="session")
 def spark():
-    from connector import jars
     from connector.spark import get_spark
 
-    session = get_spark("lakesink-tests", master="local[2]", extra_jars=[str(j) for j in jars.s3_jars()])
+    session = get_spark("lakesink-tests", master="local[2]")
     yield session
     session.stop()
 

@@ -14,6 +14,7 @@ def _cmd_deps(args) -> int:
     for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars):
         found = bundle()
         print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
+    print(f"logstore_jar: {jars.logstore_jar()}")
     return 0
 
 

@@ -121,3 +121,49 @@ def test_spark_writes_delta_through_s3a_and_its_conditional_create_is_refused(s3
     assert "412" in refused.value.java_exception.getMessage()
     key = path.toUri().getPath().lstrip("/")
     assert s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read() == b"first"
+
+
+def test_lakesinks_log_store_lets_exactly_one_of_eight_racing_writers_have_a_log_version(s3_server, spark):
+    """connector/table/java's ConditionalS3LogStore, which every Spark session of lakesink uses for s3a://: a log
+    version written without overwrite is put-if-absent on the store, not behind a lock of one JVM. Eight writers
+    race one version (their own store instances, so no shared lock): one wins, seven get
+    FileAlreadyExistsException (Delta's signal to retry on a newer version), and the winner's content stays."""
+    from py4j.protocol import Py4JJavaError
+
+    from connector import jars
+    from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+
+    assert spark.sparkContext.getConf().get("spark.delta.logStore.s3a.impl") == jars.LOGSTORE_CLASS
+    jvm = spark._jvm
+    hadoop = spark._jsc.hadoopConfiguration()
+    for key, value in {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": ACCESS_KEY,
+                       "fs.s3a.secret.key": SECRET_KEY, "fs.s3a.path.style.access": "true",
+                       "fs.s3a.endpoint.region": "us-east-1"}.items():
+        hadoop.set(key, value)
+    version = jvm.org.apache.hadoop.fs.Path(
+        f"s3a://{s3_server.bucket}/race/{uuid.uuid4().hex}/_delta_log/{0:020d}.json")
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def write(i: int) -> None:
+        store = jvm.io.lakesink.delta.ConditionalS3LogStore(hadoop)
+        lines = jvm.java.util.ArrayList()
+        lines.add(f'{{"commitInfo":{{"writer":{i}}}}}')
+        barrier.wait()
+        try:
+            store.write(version, lines.iterator(), False, hadoop)
+            outcomes.append(f"won {i}")
+        except Py4JJavaError as error:
+            outcomes.append(error.java_exception.getClass().getName())
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    winners = [o for o in outcomes if o.startswith("won")]
+    assert len(winners) == 1 and sorted(set(outcomes) - set(winners)) == ["java.nio.file.FileAlreadyExistsException"], \
+        outcomes
+    key = version.toUri().getPath().lstrip("/")
+    body = s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read().decode()
+    assert body == f'{{"commitInfo":{{"writer":{winners[0].split()[1]}}}}}\n'
