@@ -19,6 +19,7 @@ from pathlib import Path
 
 from connector import jars
 from connector.errors import SetupError
+from connector.processes import recorded, stop_pid, stop_recorded
 
 HOST = "127.0.0.1"
 
@@ -205,42 +206,6 @@ class LocalKafka:
         self.stop()
 
 
-def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:
-    """SIGTERM the process group, SIGKILL it after `timeout_s`. False when it was not running."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return False
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not process_alive(pid):
-            return True
-        time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return True
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def _silent_logger():
     import logging
 
@@ -260,14 +225,7 @@ def _state_file() -> Path:
 
 
 def running_broker() -> BrokerState | None:
-    f = _state_file()
-    if not f.exists():
-        return None
-    st = BrokerState(**json.loads(f.read_text()))
-    if not process_alive(st.pid):
-        f.unlink()
-        return None
-    return st
+    return recorded(_state_file(), BrokerState)
 
 
 def start_detached(port: int = 9092, timeout_s: float = 90.0) -> BrokerState:
@@ -283,9 +241,4 @@ def start_detached(port: int = 9092, timeout_s: float = 90.0) -> BrokerState:
 
 
 def stop_detached() -> BrokerState | None:
-    st = running_broker()
-    if st is None:
-        return None
-    stop_pid(st.pid)
-    _state_file().unlink(missing_ok=True)
-    return st
+    return stop_recorded(_state_file(), BrokerState)

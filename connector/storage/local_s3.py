@@ -20,7 +20,8 @@ from pathlib import Path
 
 from connector import jars
 from connector.errors import SetupError
-from connector.kafka.local import HOST, port_in_use, process_alive, stop_pid
+from connector.kafka.local import HOST, port_in_use
+from connector.processes import recorded, stop_pid, stop_recorded
 
 ACCESS_KEY = "lakesink"
 SECRET_KEY = "lakesink-local-secret"
@@ -170,14 +171,7 @@ def _state_file() -> Path:
 
 
 def running_server() -> S3State | None:
-    f = _state_file()
-    if not f.exists():
-        return None
-    st = S3State(**json.loads(f.read_text()))
-    if not process_alive(st.pid):
-        f.unlink()
-        return None
-    return st
+    return recorded(_state_file(), S3State)
 
 
 def start_detached(port: int = 8333, timeout_s: float = 60.0) -> S3State:
@@ -192,9 +186,4 @@ def start_detached(port: int = 8333, timeout_s: float = 60.0) -> S3State:
 
 
 def stop_detached() -> S3State | None:
-    st = running_server()
-    if st is None:
-        return None
-    stop_pid(st.pid)
-    _state_file().unlink(missing_ok=True)
-    return st
+    return stop_recorded(_state_file(), S3State)
