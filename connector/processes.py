@@ -1,14 +1,16 @@
 """Server processes lakesink starts for demos and tests (the broker, the S3 server): stopping a process group, telling
-whether a process lives, and the state file a detached server (`lakesink kafka|s3 start`) leaves for `status` and
-`stop`."""
+whether a process lives, and servers that outlive the command that started them."""
 from __future__ import annotations
 
 import json
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Callable, Generic, TypeVar
+
+from connector import jars
 
 State = TypeVar("State")
 
@@ -49,23 +51,47 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def recorded(state_file: Path, kind: type[State]) -> State | None:
-    """The detached server recorded in `state_file` (a `kind` with a `pid`), if its process still runs; a record of
-    a dead one is removed."""
-    if not state_file.exists():
-        return None
-    state = kind(**json.loads(state_file.read_text()))
-    if not process_alive(state.pid):  # type: ignore[attr-defined] - every state records its pid
-        state_file.unlink()
-        return None
-    return state
+@dataclass(frozen=True)
+class DetachedServer(Generic[State]):
+    """A server that outlives the command that started it (`lakesink kafka|s3 start`): its data and a record of
+    its process (a `kind` with a `pid`) under `<cache>/<name>/`, so that `status` and `stop` find it again."""
 
+    name: str
+    kind: type[State]
+    launch: Callable[[Path, int, float], State]  # (data directory, port, timeout) -> the started server's state
 
-def stop_recorded(state_file: Path, kind: type[State]) -> State | None:
-    """Stop the detached server recorded in `state_file`; its record, or None when none was running."""
-    state = recorded(state_file, kind)
-    if state is None:
-        return None
-    stop_pid(state.pid)  # type: ignore[attr-defined]
-    state_file.unlink(missing_ok=True)
-    return state
+    @property
+    def folder(self) -> Path:
+        return jars.cache_root() / self.name
+
+    @property
+    def record(self) -> Path:
+        return self.folder / "server.json"
+
+    def running(self) -> State | None:
+        """The recorded server, if its process still runs; a record of a dead one is removed."""
+        if not self.record.exists():
+            return None
+        state = self.kind(**json.loads(self.record.read_text()))
+        if not process_alive(state.pid):  # type: ignore[attr-defined] - every state records its pid
+            self.record.unlink()
+            return None
+        return state
+
+    def start(self, port: int, timeout_s: float) -> State:
+        """The running server, or a new one started and recorded."""
+        existing = self.running()
+        if existing is not None:
+            return existing
+        state = self.launch(self.folder / "data", port, timeout_s)
+        self.record.write_text(json.dumps(state.__dict__))
+        return state
+
+    def stop(self) -> State | None:
+        """Stop the recorded server; its state, or None when none was running."""
+        state = self.running()
+        if state is None:
+            return None
+        stop_pid(state.pid)  # type: ignore[attr-defined]
+        self.record.unlink(missing_ok=True)
+        return state

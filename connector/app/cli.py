@@ -19,34 +19,30 @@ def _cmd_deps(args) -> int:
 
 
 def _cmd_kafka(args) -> int:
-    from connector.kafka import local as kafka_local
+    from connector.kafka.local import DETACHED
 
-    if args.action == "start":
-        st = kafka_local.start_detached(port=args.port, timeout_s=args.timeout)
-        print(f"Kafka broker running: bootstrap.servers={st.bootstrap} (pid {st.pid}, data in {st.data_dir})")
-    elif args.action == "stop":
-        st = kafka_local.stop_detached()
-        print(f"Kafka broker on {st.bootstrap} stopped." if st else "No Kafka broker started by lakesink is running.")
-    else:
-        st = kafka_local.running_broker()
-        print(f"running: bootstrap.servers={st.bootstrap} (pid {st.pid})" if st else "not running")
-        return 0 if st else 1
-    return 0
+    return _cmd_server(args, DETACHED, "Kafka broker", lambda st: f"bootstrap.servers={st.bootstrap}",
+                       lambda st: st.bootstrap)
 
 
 def _cmd_s3(args) -> int:
-    from connector.storage import local_s3
+    from connector.storage.local_s3 import DETACHED
 
+    return _cmd_server(args, DETACHED, "S3 server", lambda st: f"s3.endpoint={st.endpoint} bucket={st.bucket}",
+                       lambda st: st.endpoint, lambda st: f" aws.access.key.id={st.access_key}")
+
+
+def _cmd_server(args, server, noun: str, where, address, extra=lambda st: "") -> int:
+    """`lakesink kafka|s3 start|stop|status`: the detached server `server` (connector.processes.DetachedServer)."""
     if args.action == "start":
-        st = local_s3.start_detached(port=args.port, timeout_s=args.timeout)
-        print(f"S3 server running: s3.endpoint={st.endpoint} bucket={st.bucket} aws.access.key.id={st.access_key} "
-              f"(pid {st.pid}, data in {st.data_dir})")
+        st = server.start(args.port, args.timeout)
+        print(f"{noun} running: {where(st)}{extra(st)} (pid {st.pid}, data in {st.data_dir})")
     elif args.action == "stop":
-        st = local_s3.stop_detached()
-        print(f"S3 server on {st.endpoint} stopped." if st else "No S3 server started by lakesink is running.")
+        st = server.stop()
+        print(f"{noun} on {address(st)} stopped." if st else f"No {noun} started by lakesink is running.")
     else:
-        st = local_s3.running_server()
-        print(f"running: s3.endpoint={st.endpoint} bucket={st.bucket} (pid {st.pid})" if st else "not running")
+        st = server.running()
+        print(f"running: {where(st)} (pid {st.pid})" if st else "not running")
         return 0 if st else 1
     return 0
 

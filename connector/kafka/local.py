@@ -7,7 +7,6 @@ test fixture both use it.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import socket
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from connector import jars
 from connector.errors import SetupError
-from connector.processes import recorded, stop_pid, stop_recorded
+from connector.processes import DetachedServer, stop_pid
 
 HOST = "127.0.0.1"
 
@@ -216,29 +215,10 @@ def _silent_logger():
 
 # --- the detached broker of `lakesink kafka start|stop|status` -------------------------------------------------
 
-def state_dir() -> Path:
-    return jars.cache_root() / "kafka"
+def _launch(data_dir: Path, port: int, timeout_s: float) -> BrokerState:
+    broker = LocalKafka(data_dir, port=port, startup_timeout_s=timeout_s).start()
+    return BrokerState(broker.proc.pid,  # type: ignore[union-attr] - start() set it or raised
+                       broker.port, broker.controller_port, str(broker.data_dir))
 
 
-def _state_file() -> Path:
-    return state_dir() / "broker.json"
-
-
-def running_broker() -> BrokerState | None:
-    return recorded(_state_file(), BrokerState)
-
-
-def start_detached(port: int = 9092, timeout_s: float = 90.0) -> BrokerState:
-    existing = running_broker()
-    if existing:
-        return existing
-    broker = LocalKafka(state_dir() / "data", port=port, startup_timeout_s=timeout_s)
-    broker.start()
-    st = BrokerState(broker.proc.pid,  # type: ignore[union-attr] - start() set it or raised
- broker.port, broker.controller_port, str(broker.data_dir))
-    _state_file().write_text(json.dumps(st.__dict__))
-    return st
-
-
-def stop_detached() -> BrokerState | None:
-    return stop_recorded(_state_file(), BrokerState)
+DETACHED = DetachedServer("kafka", BrokerState, _launch)

@@ -8,7 +8,6 @@ fixture both use it, as `connector/kafka/local.py` does for the broker.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -18,10 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector import jars
 from connector.errors import SetupError
 from connector.kafka.local import HOST, port_in_use
-from connector.processes import recorded, stop_pid, stop_recorded
+from connector.processes import DetachedServer, stop_pid
 
 ACCESS_KEY = "lakesink"
 SECRET_KEY = "lakesink-local-secret"
@@ -162,28 +160,9 @@ def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us
 
 # --- the detached server of `lakesink s3 start|stop|status` ---------------------------------------------------
 
-def state_dir() -> Path:
-    return jars.cache_root() / "s3"
+def _launch(data_dir: Path, port: int, timeout_s: float) -> S3State:
+    server = LocalS3(data_dir, port=port, startup_timeout_s=timeout_s).start()
+    return S3State(server.proc.pid, server.port, str(server.data_dir))  # type: ignore[union-attr] - start() set it
 
 
-def _state_file() -> Path:
-    return state_dir() / "server.json"
-
-
-def running_server() -> S3State | None:
-    return recorded(_state_file(), S3State)
-
-
-def start_detached(port: int = 8333, timeout_s: float = 60.0) -> S3State:
-    existing = running_server()
-    if existing:
-        return existing
-    server = LocalS3(state_dir() / "data", port=port, startup_timeout_s=timeout_s)
-    server.start()
-    st = S3State(server.proc.pid, server.port, str(server.data_dir))  # type: ignore[union-attr] - start() set it
-    _state_file().write_text(json.dumps(st.__dict__))
-    return st
-
-
-def stop_detached() -> S3State | None:
-    return stop_recorded(_state_file(), S3State)
+DETACHED = DetachedServer("s3", S3State, _launch)
