@@ -142,19 +142,17 @@ class DeltaTableSink:
     def arrow_schema(self) -> pa.Schema | None:
         """The table's columns as Arrow, every one nullable: rows are staged in it, and the table's own rules
         (NOT NULL among them) are enforced at the commit, where a violation is dead-lettered or named."""
-        dt = self._delta()
-        if dt is None:
-            return None
-        return _relaxed(pa.schema(dt.schema().to_arrow()))
+        return _table_schema(self._delta())
 
     def profile(self) -> TableProfile | None:
         """What the table demands of its writers (connector/table/features.py); None when it does not exist."""
         dt = self._delta()
         return read_profile(dt) if dt is not None else None
 
-    def check_supported(self) -> TableProfile | None:
-        """Raise UnsupportedTableError (one line, naming the feature) for a table lakesink cannot write."""
-        found = self.profile()
+    def check_supported(self, dt=None) -> TableProfile | None:
+        """Raise UnsupportedTableError (one line, naming the feature) for a table lakesink cannot write. `dt`: the
+        loaded table to check, when the caller has it."""
+        found = self.profile() if dt is None else read_profile(dt)
         if found is not None:
             found.check_supported(self.table_path)
         self.last_profile = found
@@ -350,8 +348,9 @@ class DeltaTableSink:
         spark = self._spark()
         epoch, txn = split_version(version)
         user_metadata = json.dumps({"lakesink": {"epoch": epoch, "txn": txn, "instance": self.instance}})
-        table_schema = self.arrow_schema()
-        profile = self.check_supported() if table_schema is not None else None
+        dt = self._delta()  # one snapshot for the schema and the features
+        table_schema = _table_schema(dt)
+        profile = self.check_supported(dt) if dt is not None else None
         schema = table_schema
         adds: list[dict] = []
         if paths:
@@ -533,6 +532,10 @@ def _spark_schema(spark, schema: pa.Schema | None):
     if schema is None:
         raise CommitError("cannot write an empty commit to a table that does not exist yet")
     return from_arrow_schema(schema)
+
+
+def _table_schema(dt) -> pa.Schema | None:
+    return None if dt is None else _relaxed(pa.schema(dt.schema().to_arrow()))
 
 
 def _relaxed(schema: pa.Schema) -> pa.Schema:
