@@ -136,7 +136,21 @@ def _parse_optional_topic(text: str) -> str | None:
     return TOPIC.parse(text) if text else None
 
 
+def _parse_optional_text(text: str) -> str | None:
+    return text or None
+
+
+def _parse_endpoint(text: str) -> str | None:
+    if not text:
+        return None
+    if not re.fullmatch(r"https?://[^/\s]+/?", text):
+        raise ValueError(f"expected an http:// or https:// URL of host[:port], got {text!r}")
+    return text.rstrip("/")
+
+
 TEXT = Kind("string", _parse_text)
+OPTIONAL_TEXT = Kind("string", _parse_optional_text)
+ENDPOINT = Kind("URL", _parse_endpoint)
 BOOL = Kind("bool", _parse_bool)
 NAME = _matching("name", _KAFKA_NAME, "a name of letters, digits, '.', '_' or '-'")
 OPTIONAL_NAME = Kind("name", lambda text: NAME.parse(text) if text else None)
@@ -244,7 +258,8 @@ class LakesinkConfig(BaseModel):
     ] = 30000
 
     target_base_path: Annotated[
-        str, Key(TEXT, "Directory or URI (file:, s3a:, abfss: ...) under which the table lives.")
+        str, Key(TEXT, "Directory or URI under which the table lives: a local path, `file:`, or `s3://bucket/prefix` "
+                       "(`s3a://` too).")
     ]
     target_table_name: Annotated[
         str, Key(IDENTIFIER, "Delta table name; the table lives at `<target.base.path>/<target.table.name>`.")
@@ -254,6 +269,31 @@ class LakesinkConfig(BaseModel):
         tuple[str, ...],
         Key(FIELDS, "Comma-separated columns the table is partitioned by; empty for an unpartitioned table."),
     ] = ()
+
+    s3_endpoint: Annotated[
+        str | None,
+        Key(ENDPOINT, "Endpoint of an S3-compatible store (MinIO, Ceph, SeaweedFS), e.g. `http://127.0.0.1:9000`; "
+                      "empty for AWS S3."),
+    ] = None
+    s3_region: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "Region of the bucket; empty: the AWS default chain's, else `us-east-1`.")
+    ] = None
+    s3_path_style_access_enabled: Annotated[
+        bool, Key(BOOL, "Address buckets as `endpoint/bucket/key` (most S3-compatible stores need it).")
+    ] = False
+    aws_access_key_id: Annotated[
+        str | None,
+        Key(OPTIONAL_TEXT, "Access key for S3; empty: the standard AWS credential chain (environment, profile, "
+                           "instance role)."),
+    ] = None
+    aws_secret_access_key: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "Secret key for S3, with `aws.access.key.id` (masked in logs and output).")
+    ] = None
+    orphan_files_retention_ms: Annotated[
+        int,
+        Key(POSITIVE, "How old a data file of lakesink's that no table version references must be before the "
+                      "coordinator's sweep deletes it."),
+    ] = 3600000
 
     flush_size: Annotated[
         int, Key(POSITIVE, "Records buffered in memory per partition before they are spilled to a staged file.")
@@ -437,6 +477,9 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
     for key, topic in (("control.topic.name", control), ("errors.deadletterqueue.topic.name", dlq)):
         if topic is not None and topic in values.get("kafka_topic_names", ()):
             problems.append(f"{key}: {topic!r} is also a source topic in kafka.topic.names; use a topic of its own")
+    if (values.get("aws_access_key_id") is None) != (values.get("aws_secret_access_key") is None):
+        problems.append("aws.access.key.id and aws.secret.access.key: set both, or neither to use the standard AWS "
+                        "credential chain")
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
     return problems
