@@ -389,12 +389,13 @@ class LakesinkConfig(BaseModel):
         return f"{self.target_base_path.rstrip('/')}/{self.target_table_name}"
 
     def describe(self) -> dict[str, str]:
-        """Every key and its value as .properties text, secrets shown as ******: for logs and status output."""
+        """Every key and its value as .properties text, secrets that are set shown as ******: for logs and status
+        output."""
         shown = {setting.name: _render(getattr(self, setting.attr)) for setting in SETTINGS}
         for prefix, attr in PASS_THROUGH.items():
             for key, value in sorted(getattr(self, attr).items()):
                 shown[_full_key(prefix, key)] = value
-        return {key: REDACTED if is_secret(key) else value for key, value in shown.items()}
+        return {key: REDACTED if is_secret(key) and value else value for key, value in shown.items()}
 
     def __repr_args__(self) -> Any:
         for attr, value in super().__repr_args__():
