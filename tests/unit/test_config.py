@@ -458,8 +458,8 @@ def test_example_config_validates():
 
 def test_example_config_lists_every_key_with_its_default():
     text = (ROOT / "config" / "lakesink.properties").read_text(encoding="utf-8")
-    commented = dict(re.findall(r"^#([a-z][a-z.]*)=(.*)$", text, flags=re.MULTILINE))
-    active = set(re.findall(r"^([a-z][a-z.]*)\s*=", text, flags=re.MULTILINE))
+    commented = dict(re.findall(r"^#([a-z][a-z0-9.]*)=(.*)$", text, flags=re.MULTILINE))
+    active = set(re.findall(r"^([a-z][a-z0-9.]*)\s*=", text, flags=re.MULTILINE))
 
     for setting in SETTINGS:
         if setting.name in active:
