@@ -64,6 +64,9 @@ class Metrics:
                                      "(offset.reset.policy=earliest|latest), counted when committed.", registry=r)
         self.offset_reset_skipped = Counter("offset_reset_skipped_offsets",
                                             "Offsets never read because of those resets.", registry=r)
+        self.orphan_files_deleted = Counter("orphan_files_deleted",
+                                            "Files of lakesink's that no table version referenced, deleted by the "
+                                            "sweep (discarded transactions, crashes).", registry=r)
         self.write_status_wait = Gauge("txn_write_status_wait_seconds",
                                        "How long the txn has waited for write statuses after its END-COMMIT, once "
                                        "that is longer than transaction.interval.ms; 0 otherwise.", registry=r)

@@ -1,7 +1,7 @@
 """The coordinator process: recovery, epoch claim, the transaction clock, the Delta commit.
 
 On start: read committed offsets from the table (I1; the invariants are in docs/ARCHITECTURE.md), claim a new
-epoch with a commit of its own (I3), clean staging of older epochs, send START-COMMIT. Then CoordinatorState
+epoch with a commit of its own (I3), sweep unreferenced files, send START-COMMIT. Then CoordinatorState
 drives; this module performs its effects.
 """
 from __future__ import annotations
@@ -34,7 +34,9 @@ from connector.protocol.messages import (
 from connector.metrics import Metrics
 from connector.retry import Retries
 from connector.table.failures import Failure, classify
+from connector.storage.store import Store
 from connector.table.sink import CommitResult, DeltaTableSink
+from connector.table.sweep import sweep
 from connector.kafka.watermarks import lag, list_offsets
 from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, OffsetReset, Send, offset_resets
 from connector.schema.algebra import schema_to_text
@@ -72,9 +74,11 @@ class CoordinatorService:
         self.clock = clock or SystemClock()
         self.stats = CoordinatorStats()
         self._spark_factory = spark_factory or self._default_spark
+        self.store = Store.for_config(cfg)
         self.sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
                                    spark_factory=self._spark_session, errors_tolerance=cfg.errors_tolerance,
-                                   dead_letter=self._dead_letter)
+                                   dead_letter=self._dead_letter, store=self.store)
+        self._sweep_due = 0.0  # monotonic time of the next sweep of unreferenced files
         self._spark_thread: threading.Thread | None = None
         self._spark_error: BaseException | None = None
         self._admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)})
@@ -91,7 +95,8 @@ class CoordinatorService:
     def _default_spark(self):
         from connector.spark import get_spark
 
-        return get_spark(f"lakesink-{self.cfg.name}", self.cfg.spark_master, dict(self.cfg.spark_conf))
+        conf = {f"spark.hadoop.{k}": v for k, v in self.store.s3.hadoop_conf().items()} if self.store.root.is_s3 else {}
+        return get_spark(f"lakesink-{self.cfg.name}", self.cfg.spark_master, {**conf, **self.cfg.spark_conf})
 
     def partitions(self) -> list[TopicPartition]:
         """The expected partitions, re-read from Kafka metadata at every START."""
@@ -171,9 +176,8 @@ class CoordinatorService:
         self.stats.claims += 1
         self._last_commit_at = time.monotonic()
         self._table_known = recovered.table_version is not None
-        removed = self.sink.clean_staging(epoch)
-        log.info("coordinator of %s: epoch %d, committed offsets %s, removed %d stale staging folders",
-                 self.cfg.name, epoch, _fmt(recovered.offsets), removed)
+        log.info("coordinator of %s: epoch %d, committed offsets %s", self.cfg.name, epoch, _fmt(recovered.offsets))
+        self._sweep()
         self.state = CoordinatorState(self.cfg.name, self.clock, self.cfg.transaction_interval_ms,
                                       self.cfg.coordinator_writestatus_timeout_ms, self.partitions,
                                       self.check_offsets)
@@ -292,6 +296,19 @@ class CoordinatorService:
         self._after_commit(c, result, duration)
         return effects
 
+    def _sweep(self) -> None:
+        """Delete lakesink's files that no table version references (connector/table/sweep.py), then again after
+        half of orphan.files.retention.ms (at most hourly). A failure is logged: the next sweep tries again."""
+        retention_s = self.cfg.orphan_files_retention_ms / 1000
+        self._sweep_due = time.monotonic() + min(max(retention_s / 2, 10.0), 3600.0)
+        try:
+            result = sweep(self.sink, retention_s)
+        except Exception as exc:  # noqa: BLE001 - housekeeping never stops the connector
+            log.warning("the sweep of unreferenced files of %s failed (retrying later): %s", self.cfg.table_path,
+                        _one_line(exc))
+            return
+        self.metrics.orphan_files_deleted.inc(result.deleted)
+
     def _txn_refresh_due(self) -> bool:
         """An idle connector commits nothing, but a table with delta.setTransactionRetentionDuration forgets a txn
         older than that: then an empty commit refreshes the connector's txn before it can expire."""
@@ -372,8 +389,9 @@ class CoordinatorService:
                               duration_s, dict(c.offsets))
         self.stats.commits.append(record)
         del self.stats.commits[:-100]
-        self.sink.clean_staging(c.epoch, c.txn)
         self.sink.prune_manifests()
+        if time.monotonic() >= self._sweep_due:
+            self._sweep()
         self.metrics.txn_committed.inc()
         self.metrics.commit_duration.observe(duration_s)
         if result.table_version is not None:

@@ -1,53 +1,57 @@
-"""The file group of one partition for one txn: the Parquet files the coordinator appends in one Delta commit.
+"""The file group of one partition for one txn: the Parquet data files the coordinator appends in one Delta commit.
 
-Tables are buffered in memory and spilled to a Parquet file whenever `flush_size` rows or `max_bytes` bytes
-are buffered; `flush` spills the rest and seals the group. A file is written under a hidden temporary
-name, synced, then published under its final name without ever replacing an existing file, so a crash
-leaves either a whole file or none under `<staging_dir>/<txn_tag>/<topic>-<partition>-<worker>-<seq>.parquet`.
+Tables are buffered in memory and spilled whenever `flush_size` rows or `max_bytes` bytes are buffered; `flush`
+spills the rest and seals the group. Every spill is written straight into the table location under a final name
+no other writer uses (connector, epoch, txn, topic, partition, worker, sequence and a random part), split into
+the table's partition directories when it has partition columns, through connector.storage.store: a local
+directory or S3 alike, and nothing shared between the machines of workers and coordinator but the store. The
+files are not part of the table until the coordinator commits them; a discarded group deletes its own.
 """
 from __future__ import annotations
 
-import errno
-import os
-import re
+import logging
 import uuid
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from connector.errors import LakesinkError
 from connector.protocol.messages import StagedFile
-from connector.schema.algebra import conform, unify
-from connector.table.datafiles import ROW_GROUP_ROWS, sync_directory
+from connector.schema.algebra import conform, schema_to_text, unify
+from connector.storage.store import Store
+from connector.table.datafiles import (
+    data_file_prefix,
+    partition_types_supported,
+    safe_name,
+    split_by_partition,
+    stats_json,
+    write_parquet,
+)
+
+log = logging.getLogger(__name__)
 
 CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def _safe_name(text: str) -> str:
-    """A file-name component Hadoop paths accept (no '/', ':' or spaces); never empty or a dot name."""
-    name = _UNSAFE.sub("_", text)
-    return name if name.strip(".") else f"_{name}"
 
 
 class FileGroupWriter:
-    """The file group of one partition for one txn: buffers Arrow tables in memory and spills Parquet files
-    under staging_dir when `flush_size` rows or `max_bytes` buffered bytes are reached.
+    """The file group of one partition for one txn: buffers Arrow tables in memory and writes data files when
+    `flush_size` rows or `max_bytes` buffered bytes are reached.
 
-    Tables may differ in schema as the schema evolves (new columns, compatible types): each file is written
-    with the unified schema of everything appended so far, so a later file's schema covers an earlier one's.
-    `rows` and `bytes` are totals so far: rows buffered + written, and Arrow bytes buffered + file bytes
-    written (after `flush`, exactly the sums over the returned files).
+    `partition_by`: the table's partition columns, () for an unpartitioned table, None to write the files
+    whole (for a table written through Spark, which rewrites them). Tables may differ in schema as the schema
+    evolves (new columns, compatible types): each spill is written with the unified schema of everything appended
+    so far, and each file reports its own schema. `rows` and `bytes` are totals so far: rows buffered + written,
+    and Arrow bytes buffered + file bytes written (after `flush`, exactly the sums over the returned files).
     """
 
     def __init__(
         self,
-        staging_dir: Path | str,
+        store: Store,
+        connector: str,
         topic: str,
         partition: int,
         worker: str,
         txn_tag: str,
+        partition_by: tuple[str, ...] | None = (),
         flush_size: int = 100_000,
         max_bytes: int = 64 << 20,
         codec: str = "snappy",
@@ -56,18 +60,21 @@ class FileGroupWriter:
             raise ValueError(f"flush_size and max_bytes must be positive, got {flush_size} and {max_bytes}")
         if codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
-        self.directory = Path(staging_dir) / _safe_name(str(txn_tag))
+        self.store = store
         self.topic = topic
         self.partition = partition
+        self.partition_by = partition_by
         self.flush_size = flush_size
         self.max_bytes = max_bytes
         self.codec = codec
-        self._stem = f"{_safe_name(topic)}-{partition}-{_safe_name(worker)}"
+        self._stem = (f"{data_file_prefix(connector)}{safe_name(str(txn_tag))}-{safe_name(topic)}-{partition}-"
+                      f"{safe_name(worker)}")
         self._seq = 0
         self._buffer: list[pa.Table] = []
         self._buffered_rows = 0
         self._buffered_bytes = 0
         self._schema: pa.Schema | None = None
+        self._schemas: list[str] = []
         self._files: list[StagedFile] = []
         self._state = "open"
 
@@ -83,6 +90,11 @@ class FileGroupWriter:
     def files(self) -> list[StagedFile]:
         """The files written so far."""
         return list(self._files)
+
+    @property
+    def schemas(self) -> tuple[str, ...]:
+        """The schemas the files name by index (schema_to_text)."""
+        return tuple(self._schemas)
 
     def append(self, table: pa.Table) -> None:
         """Buffer `table`; spill when a limit is reached. Raises IncompatibleSchemas for a table whose schema
@@ -108,62 +120,45 @@ class FileGroupWriter:
         return list(self._files)
 
     def discard(self) -> None:
-        """Delete the group's files and buffer (the txn is abandoned). Safe to repeat."""
+        """Delete the group's files and buffer (the txn is abandoned). Safe to repeat; a file that cannot be
+        deleted now is left to the coordinator's sweep of unreferenced files."""
         self._state = "discarded"
         self._buffer.clear()
         self._buffered_rows = self._buffered_bytes = 0
-        for staged in self._files:
-            Path(staged.path).unlink(missing_ok=True)
+        for written in self._files:
+            try:
+                self.store.delete(written.path)
+            except OSError as exc:
+                log.warning("could not delete %s of a discarded txn (the sweep will): %s", written.path, exc)
         self._files.clear()
 
     def _require_open(self, action: str) -> None:
         if self._state != "open":
             raise LakesinkError(
-                f"cannot {action} the file group of {self.topic}-{self.partition} in {self.directory}: it is "
-                f"already {self._state}; start a new FileGroupWriter for the next txn"
+                f"cannot {action} the file group of {self.topic}-{self.partition} ({self._stem}): it is already "
+                f"{self._state}; start a new FileGroupWriter for the next txn"
             )
 
     def _spill(self) -> None:
         schema = self._schema
         table = pa.concat_tables([conform(t, schema) for t in self._buffer])
-        self._files.append(self._write(table))
+        text = schema_to_text(schema)
+        if text not in self._schemas:
+            self._schemas.append(text)
+        index = self._schemas.index(text)
+        name = f"{self._stem}-{self._seq:05d}-{uuid.uuid4().hex[:8]}"
+        self._seq += 1
+        split = self.partition_by
+        if split and partition_types_supported(schema, split) is not None:
+            split = None  # partition values of these types are written by Spark's Delta writer
+        if not split:
+            pieces = [({} if split == () else None, "", table)]
+        else:
+            pieces = split_by_partition(table, split)
+        for k, (values, directory, rows) in enumerate(pieces):
+            relative = f"{directory}/{name}-{k:04d}.parquet" if directory else f"{name}.parquet"
+            size, modified_ms, stats = write_parquet(self.store, relative, rows, self.codec)
+            self._files.append(StagedFile(relative, rows.num_rows, size, values, stats_json(stats), modified_ms,
+                                          index))
         self._buffer.clear()
         self._buffered_rows = self._buffered_bytes = 0
-
-    def _write(self, table: pa.Table) -> StagedFile:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.directory / f".{self._stem}-{self._seq:05d}.{uuid.uuid4().hex[:12]}.tmp"
-        try:
-            with open(temporary, "wb") as sink:
-                pq.write_table(
-                    table,
-                    sink,
-                    compression="none" if self.codec == "none" else self.codec,
-                    row_group_size=ROW_GROUP_ROWS,
-                    write_statistics=True,
-                )
-                sink.flush()
-                os.fsync(sink.fileno())
-            final = self._publish(temporary)
-        finally:
-            temporary.unlink(missing_ok=True)
-        sync_directory(self.directory)
-        return StagedFile(str(final), table.num_rows, final.stat().st_size)
-
-    def _publish(self, temporary: Path) -> Path:
-        """Give the written file the next free final name, never replacing a file (say, one left by an
-        earlier process with the same worker id): a hard link fails if the name is taken."""
-        while True:
-            final = self.directory / f"{self._stem}-{self._seq:05d}.parquet"
-            self._seq += 1
-            try:
-                os.link(temporary, final)
-                return final
-            except FileExistsError:
-                continue
-            except OSError as error:
-                if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                    raise
-            if not final.exists():  # a file system without hard links: rename (atomic, but not exclusive)
-                os.rename(temporary, final)
-                return final

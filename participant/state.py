@@ -184,6 +184,8 @@ class ParticipantState:
         bytes: int,
         records_failed: int = 0,
         records_dead_lettered: int = 0,
+        schemas: tuple[str, ...] = (),
+        files_ref: str | None = None,
     ) -> list[Effect]:
         if self._phase is not Phase.FLUSHING or self._epoch is None or self._txn is None:
             raise ProtocolError(f"{self._describe()}: on_flushed while {self._phase.value}; only answer a Flush")
@@ -202,6 +204,8 @@ class ParticipantState:
             bytes=bytes,
             records_failed=records_failed,
             records_dead_lettered=records_dead_lettered,
+            schemas=schemas,
+            files_ref=files_ref,
             sent_at=self._clock.wall(),
         )
         self._last_status = status

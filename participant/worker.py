@@ -28,7 +28,9 @@ from connector.kafka.deadletter import DeadLetterError, DeadLetterProducer
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
-from connector.table.sink import DeltaTableSink, staging_root, txn_tag
+from connector.storage.store import Store
+from connector.table.features import read_profile
+from connector.table.sink import DeltaTableSink, txn_tag
 from connector.schema.algebra import schema_from_text
 from connector.schema.columns import META_COLUMNS
 from participant.convert import Converter, RecordFailure
@@ -114,7 +116,11 @@ class Worker:
         self._latest_start: StartCommit | None = None
         self._latest_end: EndCommit | None = None
         self._announced: tuple | None = None  # (epoch, partitions) of the last Assignment sent
-        self._table = DeltaTableSink(cfg.table_path, cfg.name)
+        self._store = Store.for_config(cfg)
+        self._table = DeltaTableSink(cfg.table_path, cfg.name, store=self._store)
+        # how data files are split: the table's partition columns when Delta's log takes its files as they are,
+        # None when its commits go through Spark (which rewrites them); before the table exists, the configured
+        self._split_by: tuple[str, ...] | None = tuple(cfg.partition_field_name)
         self._converter_schema_version: int | None = -1
         self._channel: ControlChannel | None = None
         self._consumer: Consumer | None = None
@@ -272,16 +278,19 @@ class Worker:
         writer = runner.writer or self._new_writer(runner)
         files = writer.flush()
         fault_point("participant.after-staging")
-        runner.staged = (files, writer.rows, writer.bytes)
+        runner.staged = (files, writer.rows, writer.bytes, writer.schemas)
         self._report(runner)
 
     def _report(self, runner: PartitionRunner) -> None:
         """Send the WRITE-STATUS of the staged file group once every dead letter of the txn is confirmed."""
         if self._dlq is not None and runner.pending_failures and not self._dead_letter(runner):
             return
-        files, rows, nbytes = runner.staged
+        files, rows, nbytes, schemas = runner.staged
         runner.staged = runner.retry_at = None
-        effects = runner.state.on_flushed(files, rows, nbytes, runner.failed, runner.dead_lettered)
+        files, schemas, files_ref = self._table.status_files(files, schemas, runner.key, self.worker_id,
+                                                             txn_tag(runner.state.epoch or 0, runner.state.txn or 0))
+        effects = runner.state.on_flushed(files, rows, nbytes, runner.failed, runner.dead_lettered, schemas,
+                                          files_ref)
         self._apply(runner, effects)
 
     def _retry_reports(self) -> None:
@@ -294,9 +303,10 @@ class Worker:
 
     def _new_writer(self, runner: PartitionRunner) -> FileGroupWriter:
         st = runner.state
-        return FileGroupWriter(staging_root(self.cfg.table_path, self.cfg.name), st.topic_partition[0], st.topic_partition[1],
-                               self.worker_id, txn_tag(st.epoch or 0, st.txn or 0), flush_size=self.cfg.flush_size,
-                               max_bytes=self.cfg.buffer_max_bytes, codec=self.cfg.parquet_codec)
+        return FileGroupWriter(self._store, self.cfg.name, st.topic_partition[0], st.topic_partition[1],
+                               self.worker_id, txn_tag(st.epoch or 0, st.txn or 0), partition_by=self._split_by,
+                               flush_size=self.cfg.flush_size, max_bytes=self.cfg.buffer_max_bytes,
+                               codec=self.cfg.parquet_codec)
 
     def _seek(self, runner: PartitionRunner, offset: int | None) -> None:
         if offset is not None and runner.delivered_next == offset:
@@ -536,11 +546,13 @@ class Worker:
     def _refresh_schema(self, table_version: int | None = None) -> None:
         if table_version is not None and table_version == self._converter_schema_version:
             return
-        schema = self._table.arrow_schema()
-        if schema is None:
+        dt = self._table.delta()
+        if dt is None:
             return
-        self._set_table_schema(schema)
-        self._converter_schema_version = self._table.table_version() if table_version is None else table_version
+        profile = read_profile(dt)
+        self._split_by = profile.partition_columns if profile.fast_path else None
+        self._set_table_schema(self._table.arrow_schema(dt))
+        self._converter_schema_version = dt.version() if table_version is None else table_version
 
     def _set_table_schema(self, schema) -> None:
         import pyarrow as pa

@@ -97,10 +97,11 @@ def _cmd_validate(args) -> int:
 
 def _validate_table(cfg) -> int:
     """The target table, if it exists: refused (exit 2, one line naming the feature), or how it is written."""
+    from connector.storage.store import Store
     from connector.table.sink import DeltaTableSink
 
     try:
-        profile = DeltaTableSink(cfg.table_path, cfg.name).profile()
+        profile = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg)).profile()
     except Exception as exc:  # noqa: BLE001 - delta-rs cannot read the table's log
         print(f"table {cfg.table_path}: cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
         return 2

@@ -27,6 +27,7 @@ from connector.protocol.messages import (
     WriteStatus,
     split_version,
 )
+from connector.storage.store import Store
 from connector.table.sink import DeltaTableSink
 from connector.kafka.watermarks import lag, list_offsets
 
@@ -97,7 +98,7 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
         out["problems"].append(f"control topic {cfg.control_topic_name}: {exc}")
     out["control"] = control_view(messages)
 
-    sink = DeltaTableSink(cfg.table_path, cfg.name)
+    sink = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg))
     committed: dict = {}
     table: dict[str, Any] = {"exists": False}
     try:

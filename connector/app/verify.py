@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from connector.config import LakesinkConfig
 from connector.schema.columns import COORDINATES
 from connector.errors import LakesinkError
+from connector.storage.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +57,16 @@ class CommittedState:
     offsets: dict[tuple[str, int], int | None]
 
 
-def read_committed(table_path: str, app_id: str) -> CommittedState:
+def read_committed(table_path: str, app_id: str, store=None) -> CommittedState:
     """The txn version of `app_id` and the offsets in the manifest of that version. Unlike
-    `DeltaTableSink.recover` this drops nothing: manifests above the txn version are left alone."""
-    import deltalake
-
+    `DeltaTableSink.recover` this drops nothing: manifests above the txn version are left alone. `store`: the
+    table's connector.storage.store.Store (default: table_path with the AWS defaults for S3)."""
     from connector.table.sink import DeltaTableSink
 
-    try:
-        dt = deltalake.DeltaTable(table_path)
-    except deltalake.exceptions.TableNotFoundError:
+    sink = DeltaTableSink(table_path, app_id, store=store)
+    dt = sink.delta()
+    if dt is None:
         return CommittedState(None, None, None, {})
-    sink = DeltaTableSink(table_path, app_id)
     version = dt.transaction_version(app_id)
     if version is None:
         version = sink.expired_txn_version(dt)
@@ -448,7 +447,7 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
             f"connector {cfg.name!r} runs with connect.meta.data=false: its rows carry no _kafka_topic/_kafka_partition/"
             f"_kafka_offset columns, so verify cannot compare them with the committed offsets. Set "
             f"connect.meta.data=true (it applies to a new table; an existing table keeps its schema)")
-    state = read_committed(cfg.table_path, cfg.name)
+    state = read_committed(cfg.table_path, cfg.name, Store.for_config(cfg))
     if state.snapshot is None:
         return Report(cfg.table_path, cfg.name, False, None, None, "not needed", [],
                       ["the table does not exist yet: nothing was committed, nothing to verify"])

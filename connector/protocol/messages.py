@@ -79,9 +79,18 @@ class EndCommit(_Envelope):
 
 @dataclass(frozen=True)
 class StagedFile:
+    """A data file a participant wrote into the table location, with what its Delta `add` action needs, so
+    that the coordinator commits it without reading it. `path` is relative to the table (URL-unquoted);
+    `partition_values` is None for a file not split by the table's partition columns (it is committed through
+    Spark); `stats` is the Delta statistics JSON; `schema` indexes the WRITE-STATUS's `schemas`."""
+
     path: str
     rows: int
     bytes: int
+    partition_values: dict[str, str | None] | None = None
+    stats: str | None = None
+    modified_ms: int = 0
+    schema: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,11 @@ class WriteStatus(_Envelope):
     bytes: int
     records_failed: int = 0
     records_dead_lettered: int = 0
+    # the Arrow schemas of the files (base64 IPC, connector.schema.algebra.schema_to_text), each file naming its own
+    schemas: tuple[str, ...] = ()
+    # a file list too large for a control message lives in this object (path relative to the table), and
+    # `files` is empty: {"files": [...], "schemas": [...]} as in a message
+    files_ref: str | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -221,14 +235,16 @@ def _encode_partitions(partitions: tuple[TopicPartition, ...]) -> list[dict[str,
     return [{"topic": t, "partition": p} for t, p in sorted(partitions)]
 
 
-def _encode_files(files: tuple[StagedFile, ...]) -> list[dict[str, Any]]:
-    return [{"path": f.path, "rows": f.rows, "bytes": f.bytes} for f in files]
+def encode_files(files: tuple[StagedFile, ...]) -> list[dict[str, Any]]:
+    return [{"path": f.path, "rows": f.rows, "bytes": f.bytes, "partition_values": f.partition_values,
+             "stats": f.stats, "modified_ms": f.modified_ms, "schema": f.schema} for f in files]
 
 
 _ENCODERS: dict[str, Callable[[Any], Any]] = {
     "offsets": _encode_optional_offsets,
     "partitions": _encode_partitions,
-    "files": _encode_files,
+    "files": encode_files,
+    "schemas": list,
     "payload": dict,
 }
 
@@ -299,11 +315,26 @@ def _decode_partitions(value: object) -> tuple[TopicPartition, ...]:
     return tuple(sorted(partitions))
 
 
-def _decode_files(value: object) -> tuple[StagedFile, ...]:
+def decode_files(value: object) -> tuple[StagedFile, ...]:
     return tuple(
-        StagedFile(_member(item, "path", _str), _member(item, "rows", _count), _member(item, "bytes", _count))
+        StagedFile(_member(item, "path", _str), _member(item, "rows", _count), _member(item, "bytes", _count),
+                   _partition_values(item.get("partition_values")), _optional_str(item.get("stats")),
+                   _count(item.get("modified_ms", 0)), _count(item.get("schema", 0)))
         for item in _list_of_objects(value)
     )
+
+
+def _partition_values(value: object) -> dict[str, str | None] | None:
+    if value is None:
+        return None
+    values = _object(value)
+    return {_str(k): _optional_str(v) for k, v in values.items()}
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise DecodeError(f"expected a list, got {value!r}")
+    return tuple(_str(item) for item in value)
 
 
 _DECODERS: dict[str, Callable[[object], Any]] = {
@@ -325,7 +356,9 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "sent_at": _float,
     "offsets": decode_offsets,
     "partitions": _decode_partitions,
-    "files": _decode_files,
+    "files": decode_files,
+    "schemas": _strings,
+    "files_ref": _optional_str,
     "payload": _object,
     "schema": _optional_str,
     "error": _str,

@@ -1,9 +1,10 @@
-"""Staged Parquet files become the table's data files as they are: no rewrite by Spark.
+"""Data files: Parquet files written straight into the table location, and what their Delta `add` actions need.
 
-A staged file is hard-linked into the table directory under a name derived from its txn tag (a retry of the same
-txn finds it there), with the `add` action's statistics read from its Parquet footer. For a partitioned table a
-staged file is split by the partition columns instead, one file per partition directory, without those columns
-(Delta keeps partition values in the log, not in the files).
+A participant writes each file of its file group under its final name in the table location (a local directory
+or an S3 prefix, through connector.storage.store), split by the table's partition columns into `col=value/`
+directories without those columns (Delta keeps partition values in the log, not in the files), and reports each
+file's size, rows, partition values and statistics (read from the footer it has just written) to the
+coordinator, which commits them as they are.
 
 Statistics are written only where they are exact bounds under Delta's rules: record and null counts; min/max of
 integer and date columns, and of strings up to 32 characters (Delta truncates longer ones). Timestamps, floats,
@@ -12,18 +13,19 @@ booleans, decimals and nested columns carry no min/max: Delta then reads those f
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import json
 import os
+import re
+import time
 import urllib.parse
-from dataclasses import dataclass
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from connector.errors import CommitError
+from connector.storage.store import Store, sync_directory
 ROW_GROUP_ROWS = 128 * 1024
 """Rows per Parquet row group of a data file (staged or split): large enough for Spark's vectorised reader,
 small enough to split."""
@@ -31,28 +33,33 @@ INDEXED_COLUMNS = 32
 """Delta's default `delta.dataSkippingNumIndexedCols`: statistics for the first 32 columns."""
 STRING_STATS_CHARS = 32
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
-@dataclass(frozen=True)
-class DataFile:
-    """One data file placed in the table directory, ready to be committed as an `add` action."""
+def safe_name(text: str) -> str:
+    """A file-name component Hadoop paths accept (no '/', ':' or spaces); never empty or a dot name."""
+    name = _UNSAFE.sub("_", text)
+    return name if name.strip(".") else f"_{name}"
 
-    relative_path: str  # on disk, relative to the table directory
-    size: int
-    modification_time_ms: int
-    partition_values: dict[str, str | None]
-    stats: dict
 
-    def add_action(self) -> dict:
-        return {"add": {
-            "path": urllib.parse.quote(self.relative_path, safe="/="),
-            "partitionValues": self.partition_values,
-            "size": self.size,
-            "modificationTime": self.modification_time_ms,
-            "dataChange": True,
-            "stats": json.dumps(self.stats, separators=(",", ":")),
-        }}
+def data_file_prefix(connector: str) -> str:
+    """How every data file of `connector` begins: `part-<connector>-e<epoch>-t<txn>-...` (the sweep reads it)."""
+    return f"part-{safe_name(connector)}-"
+
+
+def add_action(path: str, size: int, modified_ms: int, partition_values: dict[str, str | None],
+               stats: str | None) -> dict:
+    """The Delta `add` action of a data file at `path` (relative to the table, unquoted)."""
+    action = {"path": urllib.parse.quote(path, safe="/="), "partitionValues": partition_values, "size": size,
+              "modificationTime": modified_ms, "dataChange": True}
+    if stats:
+        action["stats"] = stats
+    return {"add": action}
+
+
+def stats_json(stats: dict) -> str:
+    return json.dumps(stats, separators=(",", ":"))
 
 
 def partition_types_supported(schema: pa.Schema, partition_by: tuple[str, ...]) -> str | None:
@@ -68,86 +75,50 @@ def partition_types_supported(schema: pa.Schema, partition_by: tuple[str, ...]) 
     return None
 
 
-def place(staged: list[str], table_path: str | Path, tag: str, partition_by: tuple[str, ...],
-          schema: pa.Schema) -> list[DataFile]:
-    """Put every staged file (already conformed to `schema`) into the table directory; their `add` actions.
-    Idempotent: a second call for the same txn tag finds or rewrites the same names."""
-    table = Path(table_path)
-    placed: list[DataFile] = []
-    for source in staged:
-        stem = f"part-{tag}-{Path(source).stem}"
-        if not partition_by:
-            target = table / f"{stem}.parquet"
-            _link(Path(source), target)  # the staged file was synced when it was written
-            sync_directory(table)
-            placed.append(_data_file(table, target, {}))
-        else:
-            placed.extend(_split(Path(source), table, stem, partition_by, schema))
-    return placed
+def write_parquet(store: Store, relative: str, table: pa.Table, codec: str = "snappy") -> tuple[int, int, dict]:
+    """Write `table` as the Parquet file `relative` of the store, never replacing a file: on S3 the object appears
+    whole when written; a local file is written under a temporary name, synced, then linked to its name.
+    (size in bytes, modification time in ms, Delta statistics)."""
+    collected: list[pq.FileMetaData] = []
+    options = dict(compression="none" if codec == "none" else codec, row_group_size=ROW_GROUP_ROWS,
+                   write_statistics=True, metadata_collector=collected)
+    if store.root.is_s3:
+        with store.open_output(relative) as out:
+            pq.write_table(table, out, **options)
+            size = out.tell()
+    else:
+        target = Path(store.path(relative))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+        try:
+            with open(temporary, "wb") as out:
+                pq.write_table(table, out, **options)
+                out.flush()
+                os.fsync(out.fileno())
+                size = out.tell()
+            os.link(temporary, target)  # exclusive: a name is never reused
+        finally:
+            temporary.unlink(missing_ok=True)
+        sync_directory(target.parent)
+    return size, int(time.time() * 1000), file_stats(collected[0])
 
 
-def sync_file(path: Path) -> None:
-    """Make a written file's bytes durable before anything names it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_directory(directory: Path) -> None:
-    """Make the new names in a directory durable (POSIX: a new name is durable once its directory is synced)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as error:
-        if error.errno != errno.EINVAL:  # EINVAL: a file system that cannot sync directories
-            raise
-    finally:
-        os.close(fd)
-
-
-def _link(source: Path, target: Path) -> None:
-    """Hard-link the staged file into the table (staging cleanup then removes only the staging name)."""
-    try:
-        os.link(source, target)
-    except FileExistsError:
-        if not source.exists() or os.path.samefile(source, target):
-            return  # placed by an earlier attempt of this txn
-        os.replace(source, target)  # an uncommitted leftover of an earlier attempt: the staged file wins
-    except FileNotFoundError:
-        if not target.exists():
-            raise CommitError(f"staged file {source} is gone and was never placed in the table: the staging "
-                              f"directory was cleaned while the txn was open") from None
-    except OSError as error:
-        if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-            raise
-        os.replace(source, target)  # no hard links here: move it (a retry then finds the target)
-
-
-def _split(source: Path, table: Path, stem: str, partition_by: tuple[str, ...], schema: pa.Schema) -> list[DataFile]:
-    data = pq.read_table(source, schema=schema)
-    keys = data.select(list(partition_by))
+def split_by_partition(table: pa.Table, partition_by: tuple[str, ...]) -> list[tuple[dict[str, str | None], str, pa.Table]]:
+    """The rows of `table` per combination of partition values: (Delta partition values, the `col=value/...`
+    directory, the rows without the partition columns), in a stable order."""
+    keys = table.select(list(partition_by))
     combos = keys.group_by(list(partition_by)).aggregate([]).sort_by([(c, "ascending") for c in partition_by])
-    values_only = data.drop_columns(list(partition_by))
+    values_only = table.drop_columns(list(partition_by))
     out = []
-    for k, combo in enumerate(combos.to_pylist()):
+    for combo in combos.to_pylist():
         mask = None
         for name in partition_by:
-            column = data.column(name)
+            column = table.column(name)
             test = pc.is_null(column) if combo[name] is None else pc.equal(column, pa.scalar(combo[name], column.type))
             mask = test if mask is None else pc.and_(mask, test)
-        part = values_only.filter(pc.fill_null(mask, False))
         values = {name: _partition_value(combo[name]) for name in partition_by}
-        directory = Path(*(f"{name}={_escape(values[name])}" for name in partition_by))
-        target = table / directory / f"{stem}-{k:04d}.parquet"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.tmp")
-        pq.write_table(part, temporary, row_group_size=ROW_GROUP_ROWS, write_statistics=True)
-        sync_file(temporary)
-        os.replace(temporary, target)
-        sync_directory(target.parent)
-        out.append(_data_file(table, target, values))
+        directory = "/".join(f"{name}={_escape(values[name])}" for name in partition_by)
+        out.append((values, directory, values_only.filter(pc.fill_null(mask, False))))
     return out
 
 
@@ -165,12 +136,6 @@ def _escape(value: str | None) -> str:
     if value is None:
         return HIVE_NULL
     return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in value) or HIVE_NULL
-
-
-def _data_file(table: Path, path: Path, partition_values: dict[str, str | None]) -> DataFile:
-    st = path.stat()
-    return DataFile(str(path.relative_to(table)), st.st_size, int(st.st_mtime * 1000), partition_values,
-                    file_stats(pq.read_metadata(path)))
 
 
 def file_stats(meta: pq.FileMetaData) -> dict:

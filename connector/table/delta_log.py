@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Callable
 
 import deltalake
 import pyarrow as pa
@@ -18,9 +19,11 @@ from py4j.protocol import Py4JError
 
 
 class DeltaLogCommitter:
-    def __init__(self, spark):
+    def __init__(self, spark, read_table: Callable[[str, int], object] | None = None):
+        """`read_table(table_path, version)`: the table at a version through delta-rs (default: a local path)."""
         self._spark = spark
         self._jvm = spark._jvm
+        self._read_table = read_table or (lambda path, version: deltalake.DeltaTable(path, version=version))
 
     def commit(self, table_path: str, app_id: str, version: int, adds: list[dict], *,
                schema: pa.Schema | None, partition_by: tuple[str, ...], expect_new_table: bool,
@@ -66,7 +69,7 @@ class DeltaLogCommitter:
             return int(txn.txnVersion(app_id))
         if read_version < 0:
             return -1
-        found = deltalake.DeltaTable(table_path, version=read_version).transaction_version(app_id)
+        found = self._read_table(table_path, read_version).transaction_version(app_id)
         return -1 if found is None else int(found)
 
     # --- py4j plumbing ---------------------------------------------------------------------------------------

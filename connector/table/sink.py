@@ -3,12 +3,15 @@
 Reads (committed offsets, txn version, schema) are JVM-free through delta-rs (`deltalake`); the coordinator's
 commit goes through delta-spark's transaction log. A commit is a numbered recipe, each step idempotent:
 
-  1. write the manifest `_lakesink/commits/<version>.json` (write-ahead, put-if-absent): offsets of every
-     partition after this commit, the file groups, the coordinator instance;
-  2. place the staged files in the table directory as they are and add them all in ONE Delta commit together
-     with the txn action (app id `<connector>`, version `<version>`), read inside the same transaction;
+  1. write the manifest `_lakesink/<connector>/commits/<version>.json` (write-ahead, put-if-absent): offsets of
+     every partition after this commit, the file groups, the coordinator instance;
+  2. add the participants' data files, already in the table location, as they are, in ONE Delta commit together
+     with the txn action (app id `<connector>`, version `<version>`), read inside the same transaction; every
+     Delta commit is put-if-absent on the store (a local rename, or the conditional-put log store on S3);
   3. verify that the table's txn version is now `<version>` and the manifest is ours, else `FencedError`;
-  (the coordinator then calls `clean_staging` and `prune_manifests`, sends PROGRESS, and last ACK-COMMIT).
+  (the coordinator then calls `prune_manifests`, sends PROGRESS, and last ACK-COMMIT).
+
+Everything goes through one connector.storage.store.Store: the table may be a local directory or an S3 prefix.
 
 `version = epoch << 32 | txn` (connector.protocol.messages.txn_version): a coordinator claims a new epoch with a
 commit of its own before its first START, so Delta skips any later write of an older epoch.
@@ -17,50 +20,51 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from connector.storage.store import Location, Store
 from connector.table import delta_writer
-from connector.table.datafiles import partition_types_supported, place, sync_directory, sync_file
+from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 from connector.table.failures import Failure, classify
-from connector.table.features import TableProfile, read_profile
+from connector.table.features import TableProfile, UnsupportedTableError, read_profile
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.faults import fault_point
 from connector.protocol.messages import (
     DecodeError,
     Offsets,
+    StagedFile,
     WriteStatus,
+    decode_files,
     decode_offsets,
+    encode_files,
     encode_offsets,
     split_version,
     txn_version,
 )
+from connector.schema.algebra import schema_from_text
 
 log = logging.getLogger(__name__)
 
 META_DIR = "_lakesink"
 KEEP_MANIFESTS = 100
 CLAIM_ATTEMPTS = 10
+STATUS_INLINE_BYTES = 256 << 10
+"""A WRITE-STATUS whose file list is larger names an object holding it instead (the control topic's records are
+limited to 1 MB by default)."""
 
 
-def state_dir(table_path: str | Path, connector: str) -> Path:
-    """`_lakesink/<connector>/` in the table: this connector's manifests and staging, apart from any other
-    connector's that writes to the same table (Delta and VACUUM ignore paths that start with `_`)."""
-    return Path(table_path) / META_DIR / connector
-
-
-def staging_root(table_path: str | Path, connector: str) -> Path:
-    return state_dir(table_path, connector) / "staging"
+def state_prefix(connector: str) -> str:
+    """`_lakesink/<connector>` in the table: this connector's manifests and large write statuses, apart from any
+    other connector's that writes to the same table (Delta and VACUUM ignore paths that start with `_`)."""
+    return f"{META_DIR}/{connector}"
 
 
 def txn_tag(epoch: int, txn: int) -> str:
@@ -112,20 +116,30 @@ class DeltaTableSink:
     dead_letter: Callable[[list[delta_writer.Violation]], None] | None = None
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)
     last_profile: TableProfile | None = None  # as the last commit (or check_supported) read it
+    store: Store | None = None  # where the table lives (default: table_path with the AWS defaults for S3)
+    _spark_ready: bool = False
+
+    def __post_init__(self) -> None:
+        if self.store is None:
+            self.store = Store(Location.parse(self.table_path))
 
     # --- JVM-free reads ------------------------------------------------------------------------------------
 
     @property
-    def manifests_dir(self) -> Path:
-        return state_dir(self.table_path, self.app_id) / "commits"
+    def manifests_prefix(self) -> str:
+        return f"{state_prefix(self.app_id)}/commits"
+
+    @property
+    def manifests_dir(self) -> str:
+        """Where the manifests are, for messages."""
+        return f"{self.store.root.delta_uri}/{self.manifests_prefix}"
 
     def _delta(self):
-        import deltalake
+        return self.store.delta_table()
 
-        try:
-            return deltalake.DeltaTable(self.table_path)
-        except deltalake.exceptions.TableNotFoundError:
-            return None
+    def delta(self):
+        """The table through delta-rs (one snapshot), None when it does not exist."""
+        return self._delta()
 
     def exists(self) -> bool:
         return self._delta() is not None
@@ -139,10 +153,11 @@ class DeltaTableSink:
         dt = self._delta()
         return dt.transaction_version(self.app_id) if dt is not None else None
 
-    def arrow_schema(self) -> pa.Schema | None:
+    def arrow_schema(self, dt=None) -> pa.Schema | None:
         """The table's columns as Arrow, every one nullable: rows are staged in it, and the table's own rules
-        (NOT NULL among them) are enforced at the commit, where a violation is dead-lettered or named."""
-        return _table_schema(self._delta())
+        (NOT NULL among them) are enforced at the commit, where a violation is dead-lettered or named. `dt`: the
+        loaded table, when the caller has it."""
+        return _table_schema(self._delta() if dt is None else dt)
 
     def profile(self) -> TableProfile | None:
         """What the table demands of its writers (connector/table/features.py); None when it does not exist."""
@@ -155,6 +170,11 @@ class DeltaTableSink:
         found = self.profile() if dt is None else read_profile(dt)
         if found is not None:
             found.check_supported(self.table_path)
+            if self.partition_by and tuple(self.partition_by) != tuple(found.partition_columns):
+                raise UnsupportedTableError(
+                    f"partition.field.name={','.join(self.partition_by)} but {self.table_path} is partitioned by "
+                    f"{','.join(found.partition_columns) or 'no column'}: set partition.field.name to the table's "
+                    f"partition columns, or leave it empty to follow the table")
         self.last_profile = found
         return found
 
@@ -228,12 +248,10 @@ class DeltaTableSink:
         """The connector's last txn version committed after the claimer's recovery (Delta version
         `base_table_version`) and before the claim itself, unless that is still `base`. None as well when the
         log of those versions was cleaned up (the claim is long settled: its claimer checked it at once)."""
-        import deltalake
-
         last = base
         for v in range(base_table_version + 1, latest_table_version + 1):
             try:
-                txn = deltalake.DeltaTable(self.table_path, version=v).transaction_version(self.app_id)
+                txn = self.store.delta_table(version=v).transaction_version(self.app_id)
             except Exception:  # noqa: BLE001 - that version's log is gone
                 return None
             if txn == claim:
@@ -241,19 +259,16 @@ class DeltaTableSink:
             last = txn
         return None
 
-    def _manifest_path(self, version: int) -> Path:
-        return self.manifests_dir / f"{version:020d}.json"
+    def _manifest_path(self, version: int) -> str:
+        return f"{self.manifests_prefix}/{version:020d}.json"
 
     def read_manifest(self, version: int) -> dict | None:
-        try:
-            return json.loads(self._manifest_path(version).read_text())
-        except FileNotFoundError:
-            return None
+        data = self.store.read_bytes(self._manifest_path(version))
+        return None if data is None else json.loads(data)
 
     def manifest_versions(self) -> list[int]:
-        if not self.manifests_dir.exists():
-            return []
-        return sorted(int(p.stem) for p in self.manifests_dir.glob("*.json") if p.stem.isdigit())
+        names = (info.base_name for info in self.store.list(self.manifests_prefix))
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def highest_manifest_epoch(self) -> int:
         """The newest epoch any coordinator has written a manifest for, committed or not (0 when none)."""
@@ -276,26 +291,20 @@ class DeltaTableSink:
         }
         if claim_base is not None:
             body.update(base_version=claim_base.version, base_table_version=claim_base.table_version)
-        self.manifests_dir.mkdir(parents=True, exist_ok=True)
         path = self._manifest_path(version)
-        tmp = path.with_suffix(f".{self.instance}.tmp")
-        tmp.write_text(json.dumps(body))
-        sync_file(tmp)
-        try:
-            os.link(tmp, path)  # atomic put-if-absent on a POSIX filesystem
-            sync_directory(self.manifests_dir)
-        except FileExistsError:
-            existing = self.read_manifest(version) or {}
-            if existing.get("instance") != self.instance:
-                raise FencedError(f"txn version {version} was already claimed by coordinator instance "
-                                  f"{existing.get('instance')}: a newer coordinator owns {self.table_path}") from None
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        data = json.dumps(body).encode()
+        if self.store.put_if_absent(path, data):
+            return
+        existing = self.read_manifest(version) or {}
+        if existing.get("instance") != self.instance:
+            raise FencedError(f"txn version {version} was already claimed by coordinator instance "
+                              f"{existing.get('instance')}: a newer coordinator owns {self.table_path}")
+        self.store.write_file(path, data)  # this coordinator's own, from an earlier attempt of the txn
 
     def commit(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...],
                expect_new_table: bool = False, claim_base: Recovered | None = None) -> CommitResult:
         """Steps 1-3 for one txn. Raises FencedError when a newer epoch owns the table, CommitError otherwise."""
+        statuses = self.resolve(statuses)
         files = [f for s in statuses for f in s.files if f.rows > 0]
         rows = sum(f.rows for f in files)
         nbytes = sum(f.bytes for f in files)
@@ -310,7 +319,7 @@ class DeltaTableSink:
         fault_point("coordinator.after-manifest")
         rejected = 0
         try:
-            written = self._append(version, [f.path for f in files], expect_new_table)
+            written = self._append(version, statuses, expect_new_table)
             if written is not None:
                 rows, rejected = written
         except (FencedError, ConstraintViolationError):
@@ -339,11 +348,12 @@ class DeltaTableSink:
                               f"this coordinator: a newer epoch owns it; stepping down")
         return CommitResult(version, self.table_version(), rows, nbytes, nfiles)
 
-    def _append(self, version: int, paths: list[str], expect_new_table: bool) -> tuple[int, int] | None:
-        """Step 2: the staged files become the table's data files (connector.table.datafiles) and one Delta commit adds
-        them with the txn action (connector.table.delta_log). A table whose features the fast path does not handle
-        (connector.table.features) is written by Delta's own writer (connector.table.delta_writer), as is a partition
-        column of a type Delta partition values are not written for here (timestamps, decimals, floats).
+    def _append(self, version: int, statuses: tuple[WriteStatus, ...], expect_new_table: bool) -> tuple[int, int] | None:
+        """Step 2: one Delta commit adds the participants' data files, as they are, with the txn action
+        (connector.table.delta_log). A table whose features the fast path does not handle (connector.table.features)
+        is written by Delta's own writer (connector.table.delta_writer), as are files not split by the table's
+        partition columns (partition values of types not written here: timestamps, decimals, floats); their
+        rows are read by Spark and the participants' files deleted once committed.
         (rows written, rows rejected by the table's constraints) when Delta's writer ran, else None."""
         spark = self._spark()
         epoch, txn = split_version(version)
@@ -351,40 +361,101 @@ class DeltaTableSink:
         dt = self._delta()  # one snapshot for the schema and the features
         table_schema = _table_schema(dt)
         profile = self.check_supported(dt) if dt is not None else None
+        files = [(f, _file_schema(s, f)) for s in statuses for f in s.files if f.rows > 0]
         schema = table_schema
         adds: list[dict] = []
-        if paths:
-            schema = _conform_files(paths, table_schema, self.schema_evolution)
+        replaced: list[str] = []
+        if files:
+            schema = _target_schema([fs for _, fs in files], table_schema, self.schema_evolution)
             if profile is not None and not profile.fast_path:
-                return self._append_with_delta_writer(spark, version, paths, schema, table_schema, profile,
-                                                      user_metadata)
-            unsupported = partition_types_supported(schema, self.partition_by)
-            if unsupported:
-                log.info("%s: appending txn version %d with a Spark job", unsupported, version)
-                self._append_with_spark(spark, version, paths, schema, expect_new_table, user_metadata)
+                result = self._append_with_delta_writer(spark, version, files, schema, table_schema, profile,
+                                                        user_metadata)
+                self.delete_files([f.path for f, _ in files], "rewritten by Delta's writer")
+                return result
+            partition_by = profile.partition_columns if profile is not None else self.partition_by
+            whole = next((f.path for f, _ in files if f.partition_values is None
+                          or set(f.partition_values) != set(partition_by)), None)
+            unsupported = partition_types_supported(schema, partition_by)
+            if whole is not None or unsupported:
+                log.info("%s: appending txn version %d with a Spark job",
+                         unsupported or f"data file {whole} is not split by the partition columns", version)
+                self._append_with_spark(spark, version, files, schema, partition_by, expect_new_table, user_metadata)
+                self.delete_files([f.path for f, _ in files], "rewritten by Spark")
                 return None
-            tag = f"{txn_tag(epoch, txn)}-{self.app_id}"  # data file names unique across connectors
-            adds = [f.add_action() for f in place(paths, self.table_path, tag, self.partition_by, schema)]
+            conformed = []
+            for f, file_schema in files:
+                if file_schema is None or not _fits(file_schema, schema):
+                    replaced.append(f.path)
+                    f = self._conform(f, schema, tuple(partition_by))
+                conformed.append(f)
+            adds = [add_action(f.path, f.bytes, f.modified_ms, f.partition_values, f.stats) for f in conformed]
         try:
-            DeltaLogCommitter(spark).commit(
-                self.table_path, self.app_id, version, adds, partition_by=self.partition_by,
+            DeltaLogCommitter(spark, self._read_table).commit(
+                self.store.root.spark_path, self.app_id, version, adds, partition_by=self.partition_by,
                 schema=schema if (table_schema is None or self.schema_evolution) else None,
                 expect_new_table=expect_new_table, user_metadata=user_metadata)
         except Exception as exc:  # noqa: BLE001 - py4j raises the JVM's errors
             self._raise_if_created_by_another(exc, expect_new_table)
             raise
+        self.delete_files(replaced, "replaced by a conformed copy")
         return None
 
-    def _append_with_delta_writer(self, spark, version: int, paths: list[str], schema: pa.Schema,
-                                  table_schema: pa.Schema, profile: TableProfile,
+    def _read_table(self, _path: str, version: int):
+        return self.store.delta_table(version=version)
+
+    def _conform(self, f: StagedFile, schema: pa.Schema, partition_by: tuple[str, ...]) -> StagedFile:
+        """A copy of data file `f` whose columns have the table's types (a file written before a column's type
+        widened, or with a column all null): the rare commit that reads a data file."""
+        from connector.schema.algebra import conform
+
+        data_schema = pa.schema([fld for fld in schema if fld.name not in partition_by])
+        with self.store.fs.open_input_file(self.store.path(f.path)) as source:
+            table = conform(pq.read_table(source), data_schema)
+        path = f"{f.path[:-len('.parquet')]}-c{uuid.uuid4().hex[:6]}.parquet"
+        log.debug("data file %s conformed to the table's schema as %s", f.path, path)
+        size, modified_ms, stats = write_parquet(self.store, path, table)
+        return replace(f, path=path, bytes=size, modified_ms=modified_ms, stats=stats_json(stats))
+
+    def delete_files(self, paths: list[str], why: str) -> None:
+        """Delete data files no table version references (their names are known); one that cannot be deleted now
+        is left to the sweep."""
+        for path in paths:
+            try:
+                self.store.delete(path)
+            except OSError as exc:
+                log.warning("could not delete %s (%s; the sweep will): %s", path, why, exc)
+
+    def _spark_frame(self, spark, files: list[tuple[StagedFile, pa.Schema | None]], schema: pa.Schema):
+        """The rows of the data files as one DataFrame with `schema`: whole files as they are, files split by
+        partition with their partition values as columns again."""
+        from pyspark.sql import functions as F
+
+        spark_schema = _spark_schema(spark, schema)
+        groups: dict[tuple, list[str]] = {}
+        for f, _ in files:
+            key = tuple(sorted((f.partition_values or {}).items()))
+            groups.setdefault(key, []).append(self.store.spark_path(f.path))
+        frame = None
+        for key, paths in groups.items():
+            values = dict(key)
+            data_schema = _spark_schema(spark, pa.schema([fld for fld in schema if fld.name not in values]))
+            df = spark.read.schema(data_schema).parquet(*paths)
+            for name, value in values.items():
+                df = df.withColumn(name, F.lit(value).cast(spark_schema[name].dataType))
+            df = df.select(*schema.names)
+            frame = df if frame is None else frame.unionByName(df)
+        return frame
+
+    def _append_with_delta_writer(self, spark, version: int, files: list[tuple[StagedFile, pa.Schema | None]],
+                                  schema: pa.Schema, table_schema: pa.Schema, profile: TableProfile,
                                   user_metadata: str) -> tuple[int, int]:
         """Delta's writer appends the rows that satisfy the table's constraints; the others are dead-lettered
         first (errors.tolerance=all) or stop the connector naming the first of them (none), before anything of
         the txn is committed."""
         log.debug("txn version %d goes through Delta's writer: %s", version, "; ".join(profile.slow_path_reasons()))
-        df = delta_writer.prepare(spark.read.schema(_spark_schema(spark, schema)).parquet(*paths), profile)
+        df = delta_writer.prepare(self._spark_frame(spark, files, schema), profile)
         for column, explicit in profile.identity.items():
-            if explicit and column in df.columns and _all_null(paths, column):
+            if explicit and column in df.columns and _all_null(files, column):
                 df = df.drop(column)  # BY DEFAULT identity: Delta assigns the values no record gave
         good, violations = delta_writer.split(df, profile, first_only=self.errors_tolerance != "all")
         if violations and self.errors_tolerance != "all":
@@ -401,28 +472,30 @@ class DeltaTableSink:
                         "dead-lettering them", len(violations), version, self.table_path, violations[0].where(),
                         violations[0].constraint.name)
             self.dead_letter(violations)
-        total = sum(pq.read_metadata(p).num_rows for p in paths)
+        total = sum(f.rows for f, _ in files)
         grows = self.schema_evolution and any(table_schema.get_field_index(n) < 0 for n in schema.names)
         if total == len(violations):
-            DeltaLogCommitter(spark).commit(self.table_path, self.app_id, version, [], partition_by=self.partition_by,
-                                            schema=None, expect_new_table=False, user_metadata=user_metadata)
+            DeltaLogCommitter(spark, self._read_table).commit(
+                self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by, schema=None,
+                expect_new_table=False, user_metadata=user_metadata)
         else:
-            delta_writer.write(good, self.table_path, self.app_id, version, user_metadata, profile, grows)
+            delta_writer.write(good, self.store.root.spark_path, self.app_id, version, user_metadata, profile, grows)
         return total - len(violations), len(violations)
 
-    def _append_with_spark(self, spark, version: int, paths: list[str], schema: pa.Schema, expect_new_table: bool,
+    def _append_with_spark(self, spark, version: int, files: list[tuple[StagedFile, pa.Schema | None]],
+                           schema: pa.Schema, partition_by: tuple[str, ...], expect_new_table: bool,
                            user_metadata: str) -> None:
-        writer = (spark.read.schema(_spark_schema(spark, schema)).parquet(*paths).write.format("delta")
+        writer = (self._spark_frame(spark, files, schema).write.format("delta")
                   .mode("errorifexists" if expect_new_table else "append")
                   .option("txnAppId", self.app_id)
                   .option("txnVersion", version)
                   .option("userMetadata", user_metadata))
         if self.schema_evolution:
             writer = writer.option("mergeSchema", "true")
-        if self.partition_by and expect_new_table:
-            writer = writer.partitionBy(*self.partition_by)
+        if partition_by and expect_new_table:
+            writer = writer.partitionBy(*partition_by)
         try:
-            writer.save(self.table_path)
+            writer.save(self.store.root.spark_path)
         except Exception as exc:  # noqa: BLE001
             self._raise_if_created_by_another(exc, expect_new_table)
             raise
@@ -437,13 +510,56 @@ class DeltaTableSink:
 
     def staged_schema(self, statuses: tuple[WriteStatus, ...]) -> pa.Schema | None:
         """The schema the commit of `statuses` gives a table that does not exist yet (None: no rows)."""
-        paths = [f.path for s in statuses for f in s.files if f.rows > 0]
-        return _target_schema([pq.read_schema(p) for p in paths], None, self.schema_evolution) if paths else None
+        statuses = self.resolve(statuses)
+        schemas = [_file_schema(s, f) for s in statuses for f in s.files if f.rows > 0]
+        if not schemas:
+            return None
+        if any(schema is None for schema in schemas):
+            raise CommitError("a WRITE-STATUS names data files without their schema: every worker must run this "
+                              "lakesink version")
+        return _target_schema(schemas, None, self.schema_evolution)
+
+    # --- write statuses ------------------------------------------------------------------------------------
+
+    def status_files(self, files: list[StagedFile], schemas: tuple[str, ...], topic_partition: tuple[str, int],
+                     worker: str, tag: str, inline_bytes: int = STATUS_INLINE_BYTES
+                     ) -> tuple[tuple[StagedFile, ...], tuple[str, ...], str | None]:
+        """(files, schemas, files_ref) for a WRITE-STATUS: as they are, or, when they would make the message
+        larger than `inline_bytes`, none of them and the name of an object in the table location holding them."""
+        body = json.dumps({"files": encode_files(tuple(files)), "schemas": list(schemas)}).encode()
+        if len(body) <= inline_bytes:
+            return tuple(files), tuple(schemas), None
+        topic, partition = topic_partition
+        ref = f"{state_prefix(self.app_id)}/status/{tag}/{topic}-{partition}-{worker}-{uuid.uuid4().hex[:8]}.json"
+        self.store.write_file(ref, body)
+        log.info("the file list of %s-%d (%d files, %d bytes) is in %s", topic, partition, len(files), len(body), ref)
+        return (), (), ref
+
+    def resolve(self, statuses: tuple[WriteStatus, ...]) -> tuple[WriteStatus, ...]:
+        """The statuses with every file list read from the object a status names instead."""
+        out = []
+        for s in statuses:
+            if s.files_ref is not None:
+                data = self.store.read_bytes(s.files_ref)
+                if data is None:
+                    raise CommitError(f"the file list {s.files_ref} of {s.topic}-{s.partition}'s WRITE-STATUS is "
+                                      f"missing from {self.table_path}")
+                body = json.loads(data)
+                s = replace(s, files=decode_files(body["files"]), schemas=tuple(body["schemas"]), files_ref=None)
+            out.append(s)
+        return tuple(out)
 
     def _spark(self):
         if self.spark_factory is None:
             raise CommitError("this DeltaTableSink has no Spark session factory: only the coordinator commits")
-        return self.spark_factory()
+        spark = self.spark_factory()
+        if not self._spark_ready:
+            if self.store.root.is_s3:  # the session may be shared: S3A reads the Hadoop configuration
+                conf = spark.sparkContext._jsc.hadoopConfiguration()
+                for key, value in self.store.s3.hadoop_conf().items():
+                    conf.set(key, value)
+            self._spark_ready = True
+        return spark
 
     def claim_epoch(self, recovered: Recovered) -> int:
         """Fence older coordinators: commit an empty append at `epoch << 32` carrying the offsets forward, with
@@ -473,47 +589,35 @@ class DeltaTableSink:
 
     # --- housekeeping --------------------------------------------------------------------------------------
 
-    def clean_staging(self, epoch: int, txn: int | None = None) -> int:
-        """Remove staging of every txn up to and including `txn` of `epoch` (after txn's commit: older txns of
-        the epoch were committed or discarded) and of every older epoch; with txn None, of older epochs only.
-        Safe to repeat."""
-        root = staging_root(self.table_path, self.app_id)
-        if not root.exists():
-            return 0
-        removed = 0
-        for d in root.iterdir():
-            tag = _parse_tag(d.name)
-            if tag is None:
-                continue
-            if tag[0] < epoch or (txn is not None and tag[0] == epoch and tag[1] <= txn):
-                shutil.rmtree(d, ignore_errors=True)
-                removed += 1
-                fault_point("coordinator.during-staging-cleanup")
-        return removed
-
     def prune_manifests(self, keep: int = KEEP_MANIFESTS) -> None:
         versions = self.manifest_versions()
         for v in versions[:-keep]:
-            self._manifest_path(v).unlink(missing_ok=True)
+            self.store.delete(self._manifest_path(v))
 
 
-def _conform_files(paths: list[str], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
-    """One schema for all staged files: the table's (grown when evolving) or, for a new table, the unified
-    schema of the files. A file whose schema differs is rewritten conformed, in place, atomically."""
-    from connector.schema.algebra import conform
+def _file_schema(status: WriteStatus, f: StagedFile) -> pa.Schema | None:
+    """The Arrow schema a data file was written with, as its WRITE-STATUS names it."""
+    return schema_from_text(status.schemas[f.schema]) if f.schema < len(status.schemas) else None
 
-    schemas = [pq.read_schema(p) for p in paths]
-    target = _target_schema(schemas, table_schema, evolve)
-    for path, schema in zip(paths, schemas):
-        if not schema.equals(target, check_metadata=False):
-            log.debug("conforming staged file %s to the table schema", path)
-            table = conform(pq.read_table(path), target)
-            tmp = f"{path}.conform.tmp"
-            pq.write_table(table, tmp)
-            sync_file(Path(tmp))
-            os.replace(tmp, path)
-            sync_directory(Path(path).parent)
-    return target
+
+def _fits(file_schema: pa.Schema, schema: pa.Schema) -> bool:
+    """Whether a file with `file_schema` reads as `schema` by column name, as Delta's readers read files: every
+    column the file has is in `schema` with the same type (nullability aside); a column it lacks reads as null."""
+    for f in file_schema:
+        index = schema.get_field_index(f.name)
+        if index < 0 or not _same_type(f.type, schema.field(index).type):
+            return False
+    return True
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        return _fits(pa.schema(list(a)), pa.schema(list(b)))
+    if (pa.types.is_list(a) and pa.types.is_list(b)) or (pa.types.is_large_list(a) and pa.types.is_large_list(b)):
+        return _same_type(a.value_type, b.value_type)
+    if pa.types.is_map(a) and pa.types.is_map(b):
+        return _same_type(a.key_type, b.key_type) and _same_type(a.item_type, b.item_type)
+    return a.equals(b)
 
 
 def _target_schema(schemas: list[pa.Schema], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
@@ -554,18 +658,14 @@ def _relaxed_field(f: pa.Field) -> pa.Field:
     return pa.field(f.name, kind, True, f.metadata)
 
 
-def _all_null(paths: list[str], column: str) -> bool:
-    """Whether `column` is null in every row of the staged files, from their footers."""
-    for path in paths:
-        meta = pq.read_metadata(path)
-        names = [meta.schema.column(j).path for j in range(meta.num_columns)]
-        if column not in names:
+def _all_null(files: list[tuple[StagedFile, pa.Schema | None]], column: str) -> bool:
+    """Whether `column` is null in every row of the data files (or not in them), from their statistics."""
+    for f, schema in files:
+        if schema is not None and schema.get_field_index(column) < 0:
             continue
-        j = names.index(column)
-        for r in range(meta.num_row_groups):
-            stats = meta.row_group(r).column(j).statistics
-            if stats is None or not stats.has_null_count or stats.null_count < meta.row_group(r).num_rows:
-                return False
+        stats = json.loads(f.stats or "{}")
+        if stats.get("nullCount", {}).get(column) != stats.get("numRecords", -1):
+            return False
     return True
 
 

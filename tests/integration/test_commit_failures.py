@@ -12,17 +12,18 @@ import uuid
 
 import deltalake
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
 from connector.config import load_config
 from connector.errors import CommitError
 from connector.protocol.channel import read_tail
-from connector.protocol.messages import CommitFailed, StagedFile, StartCommit, WriteStatus, txn_version
+from connector.protocol.messages import CommitFailed, StartCommit, WriteStatus, txn_version
 from connector.table.delta_log import DeltaLogCommitter
 from connector.table.failures import Failure, classify
+from connector.storage.store import Location, Store
 from connector.table.sink import DeltaTableSink
+from participant.filegroup import FileGroupWriter
 from tests.support import produce_json
 
 pytestmark = pytest.mark.integration
@@ -33,11 +34,11 @@ ROWS = pa.table({"id": [1, 2], "kind": ["a", "b"]})
 
 
 def _staged(table, tag: str) -> WriteStatus:
-    path = table / "_lakesink" / "staging" / tag / "t-0-w-00000.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(ROWS, path)
+    writer = FileGroupWriter(Store(Location.parse(str(table))), "app", "t", 0, "w", tag)
+    writer.append(ROWS)
+    files = tuple(writer.flush())
     return WriteStatus("app", 1, 1, topic="t", partition=0, worker="w", start_offset=0, first_offset=0, next_offset=2,
-                       files=(StagedFile(str(path), 2, path.stat().st_size),), rows=2, bytes=path.stat().st_size)
+                       files=files, rows=2, bytes=files[0].bytes, schemas=writer.schemas)
 
 
 def _commit_error(spark, table, partition_by=()) -> CommitError:
@@ -49,11 +50,11 @@ def _commit_error(spark, table, partition_by=()) -> CommitError:
 
 
 def test_the_jvm_errors_of_real_tables_are_classified(spark, tmp_path):
-    # the partition columns differ from partition.field.name: DELTA_INVALID_PARTITIONING_SCHEMA
+    # the partition columns differ from partition.field.name
     unpartitioned = tmp_path / "unpartitioned"
     deltalake.write_deltalake(str(unpartitioned), ROWS.slice(0, 1))
     error = _commit_error(spark, unpartitioned, partition_by=("kind",))
-    assert error.permanent and "DELTA_INVALID_PARTITIONING_SCHEMA" in str(error)
+    assert error.permanent and "partition.field.name=kind but" in str(error) and "partitioned by no column" in str(error)
 
     # a writer feature this Delta does not know: refused by lakesink's own check of the table's features
     featured = tmp_path / "featured"

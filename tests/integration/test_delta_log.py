@@ -1,14 +1,14 @@
-"""The Delta commit of staged files through delta-spark's transaction log, on real tables (connector.table.delta_log)."""
+"""The Delta commit of data files through delta-spark's transaction log, on real tables (connector.table.delta_log)."""
 from __future__ import annotations
 
 import json
 
 import deltalake
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from connector.table.datafiles import place
+from connector.storage.store import Location, Store
+from connector.table.datafiles import add_action, stats_json, write_parquet
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 
 pytestmark = pytest.mark.integration
@@ -17,12 +17,11 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def _adds(table, tag: str, ids: list[int], schema: pa.Schema = SCHEMA) -> list[dict]:
-    staged = table / "_lakesink" / "app" / "staging" / tag / "t-0-w-00000.parquet"
-    staged.parent.mkdir(parents=True, exist_ok=True)
     columns = {"id": ids, "name": [f"n{i}" for i in ids]}
     columns.update({f.name: [1.5] * len(ids) for f in schema if f.name not in columns})
-    pq.write_table(pa.table(columns, schema=schema), staged)
-    return [f.add_action() for f in place([str(staged)], table, tag, (), schema)]
+    path = f"part-{tag}.parquet"
+    size, modified_ms, stats = write_parquet(Store(Location.parse(str(table))), path, pa.table(columns, schema=schema))
+    return [add_action(path, size, modified_ms, {}, stats_json(stats))]
 
 
 def _commit(committer, table, version: int, adds, schema=SCHEMA, **kw):
@@ -89,13 +88,14 @@ def _metadata_in(table, version: int) -> bool:
     return any("metaData" in json.loads(line) for line in log)
 
 
-def test_staged_files_of_a_known_table_already_have_its_schema_so_no_commit_rewrites_them(spark, tmp_path):
-    """The converter's output, conformed to the table's schema, is what the table stores: the commit hard-links
-    the staged file into the table without rewriting it (a rewrite would cost a read and a write per commit)."""
+def test_data_files_of_a_known_table_already_have_its_schema_so_no_commit_rewrites_them(spark, tmp_path):
+    """The converter's output, conformed to the table's schema, is what the table stores: the commit adds the
+    participant's data file as it is (a rewrite would cost a read and a write per commit)."""
     import os
 
     from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
+    from connector.protocol.messages import WriteStatus
     from connector.table.sink import DeltaTableSink
     from participant.convert import Converter
     from participant.filegroup import FileGroupWriter
@@ -108,16 +108,22 @@ def test_staged_files_of_a_known_table_already_have_its_schema_so_no_commit_rewr
     sink = DeltaTableSink(str(table), "app", spark_factory=lambda: spark)
     converter = Converter("json", True, 1 << 20, False)
 
-    def stage(tag: str) -> str:
-        writer = FileGroupWriter(table / "_lakesink" / "app" / "staging", "t", 0, "w", tag)
+    def stage(tag: str) -> WriteStatus:
+        writer = FileGroupWriter(sink.store, "app", "t", 0, "w", tag)
         writer.append(converter.convert(messages).table)
-        return writer.flush()[0].path
+        files = writer.flush()
+        return WriteStatus("app", 1, 1, topic="t", partition=0, worker="w", start_offset=0, first_offset=0,
+                           next_offset=100, files=tuple(files), rows=100, bytes=files[0].bytes,
+                           schemas=writer.schemas)
 
-    sink._append(1, [stage("e000001-t00000001")], expect_new_table=True)
+    sink._append(1, (stage("e000001-t00000001"),), expect_new_table=True)
     converter.set_schema(sink.arrow_schema())
-    staged = stage("e000001-t00000002")
+    status = stage("e000001-t00000002")
+    staged = table / status.files[0].path
     before = os.stat(staged)
-    sink._append(2, [staged], expect_new_table=False)
+    sink._append(2, (status,), expect_new_table=False)
     after = os.stat(staged)
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "the staged file was rewritten"
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "the data file was rewritten"
+    assert status.files[0].path in deltalake.DeltaTable(str(table)).file_uris()[-1] or any(
+        p.endswith(status.files[0].path) for p in deltalake.DeltaTable(str(table)).file_uris())
     assert spark.read.format("delta").load(str(table)).count() == 200

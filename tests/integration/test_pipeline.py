@@ -5,6 +5,8 @@ and nothing else is.
 """
 from __future__ import annotations
 
+import re
+
 import time
 
 import pytest
@@ -128,10 +130,10 @@ def test_coordinator_killed_after_delta_commit_before_ack(kafka_bootstrap, make_
     assert audit(table, expected) == {"rows": 10_000, "missing": 0, "duplicated": 0, "unexpected": 0}
 
 
-def test_partitioned_table_gets_the_staged_files_with_partition_values_and_statistics(
+def test_partitioned_table_gets_the_participants_files_with_partition_values_and_statistics(
         kafka_bootstrap, make_topic, tmp_path, spark):
-    """The commit adds the staged files themselves (split by partition) in one Delta commit per txn: Spark reads
-    every record once with its partition value, and the files' statistics are exact."""
+    """The commit adds the participants' data files themselves (split by partition) in one Delta commit per txn:
+    Spark reads every record once with its partition value, and the files' statistics are exact."""
     import deltalake
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -157,7 +159,7 @@ def test_partitioned_table_gets_the_staged_files_with_partition_values_and_stati
     adds = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
     assert sum(a["num_records"] for a in adds) == 6_000
     for a in adds:
-        assert a["path"].startswith(f"kind={a['partition.kind']}/part-e"), a["path"]
+        assert re.match(rf"kind={a['partition.kind']}/part-sink-[0-9a-f]{{8}}-e\d{{6}}-t\d{{8}}-", a["path"]), a["path"]
         data = pq.ParquetFile(table / a["path"]).read()
         assert "kind" not in data.column_names and data.num_rows == a["num_records"]
         assert (a["min.id"], a["max.id"]) == (min(data.column("id").to_pylist()), max(data.column("id").to_pylist()))

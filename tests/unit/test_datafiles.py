@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connector.table.datafiles import file_stats, partition_types_supported, place
+from connector.storage.store import Location, Store
+from connector.table.datafiles import add_action, file_stats, partition_types_supported, write_parquet
 from connector.table.delta_log import spark_schema_json
-from connector.errors import CommitError
 
 
 def _write(path, table, **kw):
@@ -45,53 +45,18 @@ def test_an_all_null_column_has_a_null_count_and_no_bounds(tmp_path):
     assert stats["nullCount"] == {"id": 2} and stats["minValues"] == {} and stats["maxValues"] == {}
 
 
-def test_unpartitioned_files_are_linked_once_and_a_retry_finds_them(tmp_path):
-    table_dir = tmp_path / "t"
-    staged = _write(table_dir / "_lakesink/staging/e000001-t00000003/topic-0-w-00000.parquet",
-                    pa.table({"id": [1, 2, 3]}))
-    first = place([staged], table_dir, "e000001-t00000003", (), pa.schema([("id", pa.int64())]))
-    again = place([staged], table_dir, "e000001-t00000003", (), pa.schema([("id", pa.int64())]))
-    assert first == again and len(first) == 1
-    placed = first[0]
-    assert placed.relative_path == "part-e000001-t00000003-topic-0-w-00000.parquet"
-    assert os.path.samefile(staged, table_dir / placed.relative_path)
-    assert placed.size == os.path.getsize(staged) and placed.stats["numRecords"] == 3
-    add = placed.add_action()["add"]
-    assert add["partitionValues"] == {} and add["dataChange"] is True
-    assert json.loads(add["stats"])["maxValues"] == {"id": 3}
-    os.unlink(staged)  # staging cleanup after the commit leaves the table's name
-    assert pq.read_table(table_dir / placed.relative_path).num_rows == 3
-    assert place([staged], table_dir, "e000001-t00000003", (), pa.schema([("id", pa.int64())])) == first
-
-
-def test_a_staged_file_that_vanished_before_it_was_placed_is_a_commit_error(tmp_path):
-    with pytest.raises(CommitError, match="is gone"):
-        place([str(tmp_path / "t/_lakesink/staging/x/missing.parquet")], tmp_path / "t", "x", (),
-              pa.schema([("id", pa.int64())]))
-
-
-def test_partitioned_files_are_split_without_the_partition_columns(tmp_path):
-    table_dir = tmp_path / "t"
-    schema = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("ok", pa.bool_())])
-    data = pa.table({"id": [1, 2, 3, 4, 5], "kind": ["a b", "view", None, "view", "a b"],
-                     "ok": [True, True, False, True, True]}, schema=schema)
-    staged = _write(table_dir / "_lakesink/staging/tag/p-0.parquet", data)
-    placed = place([staged], table_dir, "tag", ("kind", "ok"), schema)
-    by_values = {(f.partition_values["kind"], f.partition_values["ok"]): f for f in placed}
-    assert set(by_values) == {("a b", "true"), ("view", "true"), (None, "false")}
-    assert sum(f.stats["numRecords"] for f in placed) == 5
-    nulls = by_values[(None, "false")]
-    assert nulls.relative_path.startswith("kind=__HIVE_DEFAULT_PARTITION__/ok=false/")
-    spaced = by_values[("a b", "true")]
-    assert spaced.relative_path.startswith("kind=a%20b/ok=true/")
+def test_a_written_file_is_never_replaced_and_its_add_action_is_a_uri(tmp_path):
+    store = Store(Location.parse(str(tmp_path / "t")))
+    size, modified_ms, stats = write_parquet(store, "kind=a%20b/part-x.parquet", pa.table({"id": [1, 2, 3]}))
+    written = tmp_path / "t" / "kind=a%20b" / "part-x.parquet"
+    assert size == os.path.getsize(written) and modified_ms > 0 and stats["maxValues"] == {"id": 3}
+    with pytest.raises(FileExistsError):
+        write_parquet(store, "kind=a%20b/part-x.parquet", pa.table({"id": [9]}))
+    assert pq.ParquetFile(written).read().column("id").to_pylist() == [1, 2, 3]
+    add = add_action("kind=a%20b/part-x.parquet", size, modified_ms, {"kind": "a b"}, json.dumps(stats))["add"]
     # the add action's path is a URI: the escape character itself is escaped
-    assert spaced.add_action()["add"]["path"].startswith("kind=a%2520b/ok=true/")
-    assert urllib.parse.unquote(spaced.add_action()["add"]["path"]) == spaced.relative_path
-    content = pq.ParquetFile(table_dir / spaced.relative_path).read()
-    assert content.column_names == ["id"] and sorted(content.column("id").to_pylist()) == [1, 5]
-    retry = place([staged], table_dir, "tag", ("kind", "ok"), schema)  # rewrites the same names and contents
-    assert [(f.relative_path, f.partition_values, f.stats) for f in retry] == \
-        [(f.relative_path, f.partition_values, f.stats) for f in placed]
+    assert add["path"] == "kind=a%2520b/part-x.parquet" and urllib.parse.unquote(add["path"]) == "kind=a%20b/part-x.parquet"
+    assert add["partitionValues"] == {"kind": "a b"} and add["dataChange"] is True
 
 
 @pytest.mark.parametrize("kind, supported", [
@@ -119,11 +84,9 @@ def test_the_delta_schema_makes_every_column_nullable():
     assert parsed["fields"][2]["type"]["fields"][0]["nullable"] is True
 
 
-def test_manifests_and_split_files_are_synced_before_anything_names_them(tmp_path, monkeypatch):
-    """Durable before visible: a manifest's bytes are synced before its name is linked, and its directory after;
-    a data file split for a partition directory is synced before it is renamed into place."""
-    import os
-
+def test_manifests_and_data_files_are_synced_before_anything_names_them(tmp_path, monkeypatch):
+    """Durable before visible: a manifest's and a data file's bytes are synced under a temporary name before
+    their name is linked, and their directory after."""
     from connector.table.sink import DeltaTableSink
 
     synced: list[str] = []
@@ -136,18 +99,12 @@ def test_manifests_and_split_files_are_synced_before_anything_names_them(tmp_pat
     monkeypatch.setattr(os, "fsync", recording_fsync)
     sink = DeltaTableSink(str(tmp_path / "t"), "conn")
     sink.write_manifest(7, {("t", 0): 5}, ())
-    manifest = str(sink.manifests_dir / f"{7:020d}.json")
-    tmp = [p for p in synced if p.endswith(".tmp") or "(deleted)" in p]
-    assert tmp and synced[-1] == str(sink.manifests_dir), synced
-    assert os.path.exists(manifest)
+    manifest = tmp_path / "t" / "_lakesink" / "conn" / "commits" / f"{7:020d}.json"
+    assert [p for p in synced if p.endswith(".tmp") or "(deleted)" in p]
+    assert synced[-1] == str(manifest.parent), synced
+    assert manifest.exists()
 
     synced.clear()
-    staged = tmp_path / "staged.parquet"
-    pq.write_table(pa.table({"k": ["a", "b"], "v": [1, 2]}), staged)
-    placed = place([str(staged)], tmp_path / "t", "e000001-t00000001-conn", ("k",),
-                   pa.schema([("k", pa.string()), ("v", pa.int64())]))
-    assert len(placed) == 2
-    for f in placed:
-        directory = str((tmp_path / "t" / f.relative_path).parent)
-        assert directory in synced, (directory, synced)
-    assert sum(1 for p in synced if ".tmp" in p) == 2, synced
+    store = Store(Location.parse(str(tmp_path / "t")))
+    write_parquet(store, "k=a/part-1.parquet", pa.table({"v": [1, 2]}))
+    assert ".tmp" in synced[0] and synced[-1] == str(tmp_path / "t" / "k=a"), synced

@@ -1,3 +1,4 @@
+import json
 import os
 import re
 
@@ -7,10 +8,13 @@ import pytest
 
 from connector.errors import LakesinkError
 from connector.protocol.messages import StagedFile
-from participant import filegroup
-from connector.schema.algebra import IncompatibleSchemas
+from connector.schema.algebra import IncompatibleSchemas, schema_from_text
+from connector.storage.store import Location, Store
+from connector.table import datafiles
 from connector.table.datafiles import ROW_GROUP_ROWS
 from participant.filegroup import FileGroupWriter
+
+NAME = re.compile(r"part-conn-e000001-t00000007-orders-3-w-1-(\d{5})-[0-9a-f]{8}\.parquet")
 
 
 def rows(start, count, **extra):
@@ -20,15 +24,21 @@ def rows(start, count, **extra):
 
 
 def writer(tmp_path, **options):
-    return FileGroupWriter(tmp_path / "staging", "orders", 3, "w-1", "e1-t7", **options)
+    return FileGroupWriter(Store(Location.parse(str(tmp_path / "t"))), "conn", "orders", 3, "w-1", "e000001-t00000007",
+                           **options)
 
 
-def read_ids(files):
-    return [i for f in files for i in pq.read_table(f.path).column("id").to_pylist()]
+def path(tmp_path, f):
+    return tmp_path / "t" / f.path
+
+
+def read_ids(files, tmp_path):
+    return [i for f in files for i in pq.read_table(path(tmp_path, f)).column("id").to_pylist()]
 
 
 def visible_files(tmp_path):
-    return sorted(p.name for p in (tmp_path / "staging" / "e1-t7").iterdir())
+    root = tmp_path / "t"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
 def test_spills_when_flush_size_rows_are_buffered(tmp_path):
@@ -41,7 +51,7 @@ def test_spills_when_flush_size_rows_are_buffered(tmp_path):
     assert (group.rows, len(group.files)) == (150, 1)
     files = group.flush()
     assert [f.rows for f in files] == [120, 30]
-    assert read_ids(files) == list(range(150))
+    assert read_ids(files, tmp_path) == list(range(150))
     assert all(isinstance(f, StagedFile) for f in files)
 
 
@@ -51,24 +61,69 @@ def test_spills_when_max_bytes_are_buffered(tmp_path):
         group.append(rows(start, 500))
     files = group.flush()
     assert [f.rows for f in files] == [1500, 1500]
-    assert read_ids(files) == list(range(3000))
+    assert read_ids(files, tmp_path) == list(range(3000))
 
 
-def test_file_names_are_deterministic_and_no_temporary_file_remains(tmp_path):
+def test_files_are_written_into_the_table_location_under_names_no_other_writer_uses(tmp_path):
     group = writer(tmp_path, flush_size=10)
     group.append(rows(0, 10))
     group.append(rows(10, 10))
     files = group.flush()
-    assert [os.path.basename(f.path) for f in files] == ["orders-3-w-1-00000.parquet", "orders-3-w-1-00001.parquet"]
-    assert all(os.path.dirname(f.path) == str(tmp_path / "staging" / "e1-t7") for f in files)
-    assert visible_files(tmp_path) == ["orders-3-w-1-00000.parquet", "orders-3-w-1-00001.parquet"]
+    assert [NAME.fullmatch(f.path).group(1) for f in files] == ["00000", "00001"]
+    assert visible_files(tmp_path) == sorted(f.path for f in files)
+    again = writer(tmp_path, flush_size=10)  # the same worker restarted in the same txn
+    again.append(rows(0, 10))
+    (other,) = again.flush()
+    assert NAME.fullmatch(other.path).group(1) == "00000" and other.path not in {f.path for f in files}
 
 
 def test_unsafe_characters_in_names_are_replaced(tmp_path):
-    group = FileGroupWriter(tmp_path, "orders", 0, "host:42/a b", "e1-t7")
+    group = FileGroupWriter(Store(Location.parse(str(tmp_path))), "c:1", "orders", 0, "host:42/a b", "e1-t7")
     group.append(rows(0, 1))
     (staged,) = group.flush()
-    assert os.path.basename(staged.path) == "orders-0-host_42_a_b-00000.parquet"
+    assert re.fullmatch(r"part-c_1-e1-t7-orders-0-host_42_a_b-00000-[0-9a-f]{8}\.parquet", staged.path)
+
+
+def test_each_file_reports_what_its_delta_add_action_needs(tmp_path):
+    group = writer(tmp_path)
+    group.append(rows(0, 5))
+    (f,) = group.flush()
+    assert f.partition_values == {} and f.bytes == os.path.getsize(path(tmp_path, f)) and f.modified_ms > 0
+    stats = json.loads(f.stats)
+    assert stats["numRecords"] == 5 and stats["minValues"] == {"id": 0} and stats["maxValues"] == {"id": 4}
+    assert schema_from_text(group.schemas[f.schema]) == pa.schema([("id", pa.int64())])
+
+
+def test_partitioned_files_are_split_without_the_partition_columns(tmp_path):
+    group = writer(tmp_path, partition_by=("kind", "ok"))
+    group.append(pa.table({"id": [1, 2, 3, 4, 5], "kind": ["a b", "view", None, "view", "a b"],
+                           "ok": [True, True, False, True, True]}))
+    files = group.flush()
+    by_values = {(f.partition_values["kind"], f.partition_values["ok"]): f for f in files}
+    assert set(by_values) == {("a b", "true"), ("view", "true"), (None, "false")}
+    assert sum(f.rows for f in files) == 5
+    assert by_values[(None, "false")].path.startswith("kind=__HIVE_DEFAULT_PARTITION__/ok=false/part-conn-")
+    spaced = by_values[("a b", "true")]
+    assert spaced.path.startswith("kind=a%20b/ok=true/")
+    content = pq.ParquetFile(path(tmp_path, spaced)).read()
+    assert content.column_names == ["id"] and sorted(content.column("id").to_pylist()) == [1, 5]
+    assert json.loads(spaced.stats)["numRecords"] == 2
+    # the file's schema is the rows' (with the partition columns): the coordinator builds the table's from it
+    assert schema_from_text(group.schemas[spaced.schema]).names == ["id", "kind", "ok"]
+
+
+def test_files_of_a_table_written_through_spark_are_whole(tmp_path):
+    group = writer(tmp_path, partition_by=None)
+    group.append(pa.table({"id": [1, 2], "kind": ["a", "b"]}))
+    (f,) = group.flush()
+    assert f.partition_values is None and pq.read_table(path(tmp_path, f)).column_names == ["id", "kind"]
+
+
+def test_partition_values_of_types_not_written_directly_leave_the_files_whole(tmp_path):
+    group = writer(tmp_path, partition_by=("amount",))
+    group.append(pa.table({"id": [1, 2], "amount": [1.5, 2.5]}))
+    (f,) = group.flush()
+    assert f.partition_values is None
 
 
 def test_flush_is_idempotent_and_seals_the_group(tmp_path):
@@ -76,7 +131,7 @@ def test_flush_is_idempotent_and_seals_the_group(tmp_path):
     group.append(rows(0, 5))
     first = group.flush()
     assert group.flush() == first
-    assert visible_files(tmp_path) == ["orders-3-w-1-00000.parquet"]
+    assert visible_files(tmp_path) == [first[0].path]
     with pytest.raises(LakesinkError, match="already flushed"):
         group.append(rows(5, 5))
 
@@ -89,7 +144,7 @@ def test_rows_and_bytes_match_the_files_after_flush(tmp_path):
     assert group.bytes > 0
     files = group.flush()
     assert group.rows == sum(f.rows for f in files) == 160
-    assert group.bytes == sum(f.bytes for f in files) == sum(os.path.getsize(f.path) for f in files)
+    assert group.bytes == sum(f.bytes for f in files) == sum(os.path.getsize(path(tmp_path, f)) for f in files)
 
 
 def test_an_empty_group_has_no_files(tmp_path):
@@ -97,7 +152,7 @@ def test_an_empty_group_has_no_files(tmp_path):
     group.append(rows(0, 0))
     assert group.flush() == []
     assert (group.rows, group.bytes) == (0, 0)
-    assert not (tmp_path / "staging" / "e1-t7").exists()
+    assert visible_files(tmp_path) == []
 
 
 def test_discard_deletes_files_and_buffer(tmp_path):
@@ -130,25 +185,15 @@ def test_a_failed_write_leaves_no_file_and_keeps_the_buffer(tmp_path, monkeypatc
         where.write(b"PAR1 half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(filegroup.pq, "write_table", crash)
+    monkeypatch.setattr(datafiles.pq, "write_table", crash)
     with pytest.raises(OSError, match="disk full"):
         group.flush()
     assert visible_files(tmp_path) == []
-    monkeypatch.setattr(filegroup.pq, "write_table", real_write)
+    monkeypatch.setattr(datafiles.pq, "write_table", real_write)
     files = group.flush()
-    assert read_ids(files) == list(range(5))
-    assert visible_files(tmp_path) == ["orders-3-w-1-00000.parquet"]
-
-
-def test_an_existing_file_is_never_replaced(tmp_path):
-    directory = tmp_path / "staging" / "e1-t7"
-    directory.mkdir(parents=True)
-    (directory / "orders-3-w-1-00000.parquet").write_bytes(b"left by an earlier process")
-    group = writer(tmp_path)
-    group.append(rows(0, 5))
-    (staged,) = group.flush()
-    assert os.path.basename(staged.path) == "orders-3-w-1-00001.parquet"
-    assert (directory / "orders-3-w-1-00000.parquet").read_bytes() == b"left by an earlier process"
+    assert read_ids(files, tmp_path) == list(range(5))
+    assert visible_files(tmp_path) == [files[0].path]
+    assert not [p for p in (tmp_path / "t").iterdir() if p.name.endswith(".tmp")]
 
 
 def test_tables_of_evolving_schemas_are_written_with_the_unified_schema(tmp_path):
@@ -159,14 +204,15 @@ def test_tables_of_evolving_schemas_are_written_with_the_unified_schema(tmp_path
     group.append(pa.table({"id": pa.array([4])}))
     first, second = group.flush()
     schema = pa.schema([("id", pa.int64()), ("v", pa.float64()), ("extra", pa.string())])
-    assert pq.read_schema(first.path) == schema
-    assert pq.read_table(first.path).to_pylist() == [
+    assert pq.read_schema(path(tmp_path, first)) == schema
+    assert schema_from_text(group.schemas[first.schema]) == schema
+    assert pq.read_table(path(tmp_path, first)).to_pylist() == [
         {"id": 0, "v": 1.0, "extra": None},
         {"id": 1, "v": 2.0, "extra": None},
         {"id": 2, "v": 2.5, "extra": "x"},
         {"id": 3, "v": None, "extra": "y"},
     ]
-    assert pq.read_schema(second.path) == schema  # later files cover the earlier ones' columns
+    assert pq.read_schema(path(tmp_path, second)) == schema  # later files cover the earlier ones' columns
 
 
 def test_an_incompatible_table_is_refused_before_it_is_buffered(tmp_path):
@@ -174,7 +220,7 @@ def test_an_incompatible_table_is_refused_before_it_is_buffered(tmp_path):
     group.append(pa.table({"id": pa.array([1])}))
     with pytest.raises(IncompatibleSchemas, match="'id'"):
         group.append(pa.table({"id": pa.array(["one"])}))
-    assert read_ids(group.flush()) == [1]
+    assert read_ids(group.flush(), tmp_path) == [1]
 
 
 @pytest.mark.parametrize(
@@ -184,7 +230,7 @@ def test_codec_statistics_and_row_groups(tmp_path, codec, stored):
     group = writer(tmp_path, codec=codec, flush_size=1_000_000, max_bytes=1 << 30)
     group.append(rows(0, ROW_GROUP_ROWS + 10, name="n"))
     (staged,) = group.flush()
-    metadata = pq.ParquetFile(staged.path).metadata
+    metadata = pq.ParquetFile(path(tmp_path, staged)).metadata
     assert metadata.num_rows == ROW_GROUP_ROWS + 10
     assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == [ROW_GROUP_ROWS, 10]
     column = metadata.row_group(0).column(0)
@@ -207,8 +253,8 @@ def test_temporary_names_are_hidden_from_spark(tmp_path, monkeypatch):
         seen.append(os.path.basename(source))
         return real_link(source, target)
 
-    monkeypatch.setattr(filegroup.os, "link", spy)
+    monkeypatch.setattr(datafiles.os, "link", spy)
     group = writer(tmp_path)
     group.append(rows(0, 1))
-    group.flush()
-    assert len(seen) == 1 and re.fullmatch(r"\.orders-3-w-1-00000\.[0-9a-f]{12}\.tmp", seen[0])
+    (f,) = group.flush()
+    assert len(seen) == 1 and seen[0].startswith(f".{f.path}.") and seen[0].endswith(".tmp")

@@ -7,7 +7,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import prometheus_client
 import pytest
@@ -449,10 +448,10 @@ def test_a_new_start_discards_a_txn_whose_dead_letters_were_refused(tmp_path):
     worker._dlq.refuse = 2
     worker._flush(runner)
     staged = [f.path for f in runner.staged[0]]
-    assert staged and all(Path(p).exists() for p in staged)
+    assert staged and all((tmp_path / "tbl" / p).exists() for p in staged)
     worker._on_control(StartCommit("m-sink", 1, 2, {("t", 0): 0}))  # the coordinator gave up on txn 1
     assert runner.pending_failures == [] and runner.staged is None and runner.retry_at is None
-    assert not any(Path(p).exists() for p in staged), "the unreported file group is discarded"
+    assert not any((tmp_path / "tbl" / p).exists() for p in staged), "the unreported file group is discarded"
     clock.advance(5)
     worker._retry_reports()
     assert worker._channel.sent == [] and len(worker._dlq.sent) == 2, "txn 2 re-reads the records instead"
@@ -486,7 +485,6 @@ class RecordingChannel:
 
 
 def test_a_pipelined_start_never_deletes_a_reported_file_group(tmp_path):
-    from pathlib import Path
 
     from connector.protocol.messages import AckCommit, EndCommit, WriteStatus
 
@@ -499,7 +497,7 @@ def test_a_pipelined_start_never_deletes_a_reported_file_group(tmp_path):
     reported = runner.writer
     worker._consumer.calls.clear()
     worker._on_control(StartCommit("m-sink", 1, 2, {("t", 0): 5}))  # sent before the coordinator commits txn 1
-    assert all(Path(f.path).exists() for f in status.files), "the coordinator may be reading them"
+    assert all((tmp_path / "tbl" / f.path).exists() for f in status.files), "the coordinator may be reading them"
     assert runner.writer is not reported and runner.state.txn == 2
     assert worker._consumer.calls == [("resume", [("t", 0)])], "no seek: consumption just goes on"
     worker._on_control(AckCommit("m-sink", 1, 1, 3, {("t", 0): 5}))
