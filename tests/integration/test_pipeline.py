@@ -6,7 +6,6 @@ and nothing else is.
 from __future__ import annotations
 
 import re
-
 import time
 
 import pytest
