@@ -36,7 +36,17 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last value: {last!r})")
 
 
-def pipeline_config(tmp_path, bootstrap: str, topic: str, **extra) -> "Path":
+def s3_settings(server, prefix: str) -> dict:
+    """The properties that put a connector's tables under s3://<bucket>/<prefix>/tables on `server` (a
+    connector.storage.local_s3.LocalS3)."""
+    return {"target.base.path": f"s3://{server.bucket}/{prefix}/tables", "s3.endpoint": server.endpoint,
+            "s3.path.style.access.enabled": "true", "aws.access.key.id": server.access_key,
+            "aws.secret.access.key": server.secret_key}
+
+
+def pipeline_config(tmp_path, bootstrap: str, topic: str, s3=None, **extra) -> "Path":
+    """A connector's properties file under tmp_path; its table is tmp_path/tables/events, or on the S3 server
+    `s3` (a LocalS3) when given."""
     import uuid
 
     name = extra.pop("name", f"sink-{uuid.uuid4().hex[:8]}")
@@ -52,6 +62,8 @@ def pipeline_config(tmp_path, bootstrap: str, topic: str, **extra) -> "Path":
         "spark.master": "local[1]",
         "spark.driver.memory": "1g",
     }
+    if s3 is not None:
+        settings.update(s3_settings(s3, f"{tmp_path.name}-{name}"))
     settings.update({k: str(v) for k, v in extra.items()})
     path = tmp_path / f"{name}.properties"
     path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -108,13 +120,39 @@ class LakesinkProcess:
         self._log.close()
 
 
-def table_offsets(table_path) -> "list[tuple[str, int, int]]":
-    """Every (topic, partition, offset) in the table, read JVM-free with delta-rs."""
-    import deltalake
+def table_store(config: "Path"):
+    """The connector.storage.store.Store of the table a properties file names (local or S3)."""
+    from connector.config import load_config
+    from connector.storage.store import Store
 
-    try:
-        dt = deltalake.DeltaTable(str(table_path))
-    except deltalake.exceptions.TableNotFoundError:
+    return Store.for_config(load_config(config))
+
+
+def open_table(table):
+    """The delta-rs table at `table` (a local path or a Store), None when there is none."""
+    from connector.storage.store import Location, Store
+
+    store = table if isinstance(table, Store) else Store(Location.parse(str(table)))
+    return store.delta_table()
+
+
+def files_in_flight(table) -> "list[str]":
+    """Data files in the table location (a local path or a Store) that the table does not reference (yet): a
+    transaction written by participants and not committed."""
+    from connector.storage.store import Location, Store
+
+    store = table if isinstance(table, Store) else Store(Location.parse(str(table)))
+    dt = store.delta_table()
+    referenced = set() if dt is None else set(dt.get_add_actions(flatten=True).column("path").to_pylist())
+    names = (store.relative(i.path) for i in store.list("", recursive=True))
+    return [n for n in names if n.endswith(".parquet") and not n.startswith(("_delta_log/", "_lakesink/"))
+            and n not in referenced]
+
+
+def table_offsets(table) -> "list[tuple[str, int, int]]":
+    """Every (topic, partition, offset) in the table (a local path or a Store), read JVM-free with delta-rs."""
+    dt = open_table(table)
+    if dt is None:
         return []
     import pyarrow as pa
 
@@ -141,14 +179,15 @@ def exactly_once(table_path, expected) -> bool:
     return a["missing"] == 0 and a["duplicated"] == 0 and a["unexpected"] == 0
 
 
-def chaos_config(tmp_path: Path, bootstrap: str, topic: str, **extra) -> Path:
+def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -> Path:
     """Short transactions and timeouts, and a consumer group that notices a killed worker within seconds."""
     settings = {
         "transaction.interval.ms": 1000,
         "coordinator.writestatus.timeout.ms": 4000,
         "consumer.session.timeout.ms": 6000,
         "consumer.heartbeat.interval.ms": 1000,
-        "flush.size": 400,  # several staged files per partition and txn
+        "flush.size": 400,  # several data files per partition and txn
+        "orphan.files.retention.ms": 1000,  # the sweep deletes a discarded txn's files at once
         "shutdown.timeout.ms": 15000,
         # Small tables: one task per Delta snapshot/shuffle stage (the quick-starting JIT is a product default).
         "spark.sql.shuffle.partitions": 1,
@@ -156,7 +195,7 @@ def chaos_config(tmp_path: Path, bootstrap: str, topic: str, **extra) -> Path:
         "spark.databricks.delta.snapshotPartitions": 1,
     }
     settings.update(extra)
-    return pipeline_config(tmp_path, bootstrap, topic, **settings)
+    return pipeline_config(tmp_path, bootstrap, topic, s3=s3, **settings)
 
 
 class Stream:

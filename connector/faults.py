@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 STEPS = (
     "coordinator.after-start-sent", "coordinator.after-end-sent", "coordinator.after-manifest",
-    "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-staging-cleanup",
+    "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-sweep",
     "participant.before-control-open", "participant.after-start-received", "participant.mid-consume", "participant.after-end-received",
     "participant.after-staging", "participant.after-write-status",
 )

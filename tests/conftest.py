@@ -33,6 +33,13 @@ def s3_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(params=["local", "s3"])
+def storage(request):
+    """Where a test's table lives: None for a local directory, the session's LocalS3 for an S3 prefix. A test that
+    takes this fixture runs once for each."""
+    return request.getfixturevalue("s3_server") if request.param == "s3" else None
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_broker) -> str:
     return os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or kafka_broker.bootstrap

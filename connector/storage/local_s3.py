@@ -75,6 +75,7 @@ class LocalS3:
         self.bucket = bucket
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
+        self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
 
     @property
     def endpoint(self) -> str:

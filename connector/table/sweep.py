@@ -20,6 +20,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 
+from connector.faults import fault_point
 from connector.protocol.messages import txn_version
 from connector.table.datafiles import data_file_prefix
 from connector.table.sink import META_DIR, state_prefix
@@ -81,6 +82,7 @@ def sweep(sink, retention_s: float, now: float | None = None) -> SweepResult:
             committed, oldest = history
             if (int(match.group(1)), int(match.group(2))) in committed or modified < oldest:
                 continue
+        fault_point("coordinator.during-sweep")
         store.delete(relative)
         deleted += 1
     if deleted:

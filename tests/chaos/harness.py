@@ -17,12 +17,13 @@ from bench.harness import (
     exactly_once,
     process_state,
     table_offsets,
+    table_store,
     wait_until,
 )
 
 
 COORDINATOR_STEPS = ("coordinator.after-start-sent", "coordinator.after-end-sent", "coordinator.after-manifest",
-                     "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-staging-cleanup")
+                     "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-sweep")
 PARTICIPANT_STEPS = ("participant.after-start-received", "participant.mid-consume", "participant.after-end-received",
                      "participant.after-staging", "participant.after-write-status")
 
@@ -37,7 +38,7 @@ class Cluster:
     def __init__(self, tmp_path: Path, config: Path):
         self.tmp_path = tmp_path
         self.config = config
-        self.table = tmp_path / "tables" / "events"
+        self.table = table_store(config)  # connector.storage.store.Store: a local directory or an S3 prefix
         self.procs: list[LakesinkProcess] = []
         self.faults_fired: list[str] = []
         self.streams: list[Stream] = []

@@ -10,13 +10,9 @@ import pytest
 
 from bench.harness import chaos_config
 from tests.chaos.harness import PARTICIPANT_STEPS, expected_ranges
-from bench.harness import wait_until
+from bench.harness import files_in_flight, wait_until
 
 pytestmark = pytest.mark.chaos
-
-
-def staged_files(table: Path) -> list[Path]:
-    return list((table / "_lakesink").glob("*/staging/*/*.parquet"))
 
 
 def test_broker_restart_mid_transaction(kafka_broker, kafka_bootstrap, make_topic, tmp_path, cluster_of):
@@ -28,9 +24,9 @@ def test_broker_restart_mid_transaction(kafka_broker, kafka_bootstrap, make_topi
     stream = c.stream(kafka_bootstrap, topic, partitions=2, rate=60)
     run = c.start("run")
     rows = c.wait_rows_above(0, (run,), what="a first commit")
-    # Mid-transaction: records of the next txn staged, not yet committed.
-    wait_until(lambda: c.assert_alive(run) or (c.rows() == rows and staged_files(c.table)), 60,
-               "staged files of a txn in flight", interval_s=0.05)
+    # Mid-transaction: data files of the next txn written, not yet committed.
+    wait_until(lambda: c.assert_alive(run) or (c.rows() == rows and files_in_flight(c.table)), 60,
+               "data files of a txn in flight", interval_s=0.05)
     kafka_broker.restart()
     c.wait_rows_above(c.rows(), (run,), what="a commit after the broker restart")
     stream.stop()

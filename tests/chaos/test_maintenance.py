@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from bench.harness import chaos_config
 from tests.chaos.harness import expected_ranges
-from bench.harness import wait_until
+from bench.harness import files_in_flight, wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -59,6 +60,7 @@ def _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluste
     topic = make_topic(partitions=2)
     config = chaos_config(tmp_path, kafka_bootstrap, topic, **{"flush.size": 300})
     c = cluster_of(config)
+    table = Path(c.table.root.key)  # a local table: its log files are aged on disk below
     app_id = next(line.split("=", 1)[1] for line in config.read_text().splitlines() if line.startswith("name="))
     stream = c.stream(kafka_bootstrap, topic, partitions=2, rate=60)
     run = c.start("run")
@@ -71,9 +73,9 @@ def _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluste
         assert time.monotonic() < deadline, f"maintenance rounds did not finish in time: {done}"
         c.assert_alive(run)
         try:
-            spark.sql(f"OPTIMIZE delta.`{c.table}`").collect()
+            spark.sql(f"OPTIMIZE delta.`{table}`").collect()
             done["optimize"] += 1
-            checkpoint(spark, c.table)
+            checkpoint(spark, table)
             done["checkpoint"] += 1
         except (Py4JJavaError, PySparkException) as exc:  # a concurrent commit may win: Delta's own conflict
             if "Concurrent" not in str(exc):
@@ -84,22 +86,22 @@ def _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluste
 
     # Down mid-transaction, then the destructive maintenance.
     rows = c.rows()
-    wait_until(lambda: c.assert_alive(run) or list((c.table / "_lakesink").glob("*/staging/*/*.parquet")), 60,
-               "staged files of a txn in flight", interval_s=0.05)
+    wait_until(lambda: c.assert_alive(run) or files_in_flight(c.table), 60, "data files of a txn in flight",
+               interval_s=0.05)
     run.kill()
-    committed = txn_version(c.table, app_id)
+    committed = txn_version(table, app_id)
     assert committed is not None
-    log_dir = c.table / "_delta_log"
+    log_dir = table / "_delta_log"
     old = time.time() - 40 * 24 * 3600  # older than the default 30-day log retention
     for f in log_dir.glob("*.json"):
         os.utime(f, (old, old))
-    checkpoint(spark, c.table)  # writes a checkpoint and cleans up the expired log files behind it
+    checkpoint(spark, table)  # writes a checkpoint and cleans up the expired log files behind it
     assert not (log_dir / f"{0:020d}.json").exists(), "log cleanup did not remove the first commit's log file"
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    spark.sql(f"VACUUM delta.`{c.table}` RETAIN 0 HOURS").collect()
+    spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS").collect()
     spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
-    assert txn_version(c.table, app_id) == committed, "the committed txn version did not survive maintenance"
-    assert list((c.table / "_lakesink").glob(f"*/commits/{committed:020d}.json")), "VACUUM removed the manifest"
+    assert txn_version(table, app_id) == committed, "the committed txn version did not survive maintenance"
+    assert list((table / "_lakesink").glob(f"*/commits/{committed:020d}.json")), "VACUUM removed the manifest"
     assert c.rows() >= rows, "maintenance lost rows"
 
     run = c.start("run")

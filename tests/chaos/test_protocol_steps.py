@@ -22,7 +22,7 @@ pytestmark = pytest.mark.chaos
 # one left behind.
 COORDINATOR_CHAIN = (("coordinator.after-start-sent", 1), ("coordinator.after-end-sent", 1),
                      ("coordinator.after-delta-commit", 1), ("coordinator.after-manifest", 2),
-                     ("coordinator.after-ack", 1), ("coordinator.during-staging-cleanup", 1))
+                     ("coordinator.after-ack", 1), ("coordinator.during-sweep", 1))
 assert {s for s, _ in COORDINATOR_CHAIN} == set(COORDINATOR_STEPS)
 
 

@@ -12,19 +12,17 @@ import pytest
 
 from bench.harness import chaos_config
 from tests.chaos.harness import expected_ranges
-from bench.harness import wait_until
+from bench.harness import open_table, wait_until
 
 pytestmark = pytest.mark.chaos
 
 
 def lakesink_commits(table) -> list[tuple[int, int, int, str]]:
     """(table version, epoch, txn, instance) of every lakesink commit in the Delta log, oldest first."""
-    import deltalake
-
-    try:
-        history = deltalake.DeltaTable(str(table)).history()
-    except deltalake.exceptions.TableNotFoundError:  # not created yet, or its first commit is being written
+    dt = open_table(table)
+    if dt is None:  # not created yet, or its first commit is being written
         return []
+    history = dt.history()
     out = []
     for h in history:
         meta = h.get("userMetadata")

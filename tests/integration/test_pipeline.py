@@ -10,7 +10,15 @@ import time
 
 import pytest
 
-from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from bench.harness import (
+    LakesinkProcess,
+    audit,
+    exactly_once,
+    pipeline_config,
+    table_offsets,
+    table_store,
+    wait_until,
+)
 from tests.support import PacedProducer, produce_json
 
 pytestmark = pytest.mark.integration
@@ -34,16 +42,17 @@ def _table(tmp_path):
     return tmp_path / "tables" / "events"
 
 
-def test_100k_records_over_4_partitions_one_process(kafka_bootstrap, make_topic, tmp_path):
+def test_100k_records_over_4_partitions_one_process(kafka_bootstrap, make_topic, tmp_path, storage):
     topic = make_topic(partitions=4)
-    config = pipeline_config(tmp_path, kafka_bootstrap, topic)
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=storage)
+    table = table_store(config)
     produced = produce_json(kafka_bootstrap, topic, 100_000, partitions=4)
     expected = _expected(topic, produced)
     with LakesinkProcess("run", config, tmp_path / "run.log") as proc:
-        wait_until(_drained(_table(tmp_path), expected, [proc]), DRAIN_S,
+        wait_until(_drained(table, expected, [proc]), DRAIN_S,
                    f"100k records exactly once in the table ({tmp_path / 'run.log'})", interval_s=2)
         assert proc.terminate() == 0
-    result = audit(_table(tmp_path), expected)
+    result = audit(table, expected)
     assert result == {"rows": 100_000, "missing": 0, "duplicated": 0, "unexpected": 0}
 
 
@@ -93,12 +102,13 @@ def test_idle_partition_does_not_stall_commits(kafka_bootstrap, make_topic, tmp_
     assert audit(_table(tmp_path), expected)["rows"] == 3300
 
 
-def test_coordinator_and_two_workers_survive_a_worker_kill(kafka_bootstrap, make_topic, tmp_path):
+def test_coordinator_and_two_workers_survive_a_worker_kill(kafka_bootstrap, make_topic, tmp_path, storage):
     topic = make_topic(partitions=4)
-    config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"coordinator.writestatus.timeout.ms": 10000})
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=storage,
+                             **{"coordinator.writestatus.timeout.ms": 10000})
     produced = produce_json(kafka_bootstrap, topic, 40_000, partitions=4)
     expected = _expected(topic, produced)
-    table = _table(tmp_path)
+    table = table_store(config)
     with LakesinkProcess("coordinator", config, tmp_path / "coord.log") as coord, \
             LakesinkProcess("worker", config, tmp_path / "w1.log") as w1, \
             LakesinkProcess("worker", config, tmp_path / "w2.log") as w2:
@@ -111,12 +121,12 @@ def test_coordinator_and_two_workers_survive_a_worker_kill(kafka_bootstrap, make
     assert audit(table, expected) == {"rows": 60_000, "missing": 0, "duplicated": 0, "unexpected": 0}
 
 
-def test_coordinator_killed_after_delta_commit_before_ack(kafka_bootstrap, make_topic, tmp_path):
+def test_coordinator_killed_after_delta_commit_before_ack(kafka_bootstrap, make_topic, tmp_path, storage):
     topic = make_topic(partitions=2)
-    config = pipeline_config(tmp_path, kafka_bootstrap, topic)
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=storage)
     produced = produce_json(kafka_bootstrap, topic, 10_000, partitions=2)
     expected = _expected(topic, produced)
-    table = _table(tmp_path)
+    table = table_store(config)
     with LakesinkProcess("run", config, tmp_path / "faulty.log",
                          env={"LAKESINK_FAULT": "coordinator.after-delta-commit"}) as proc:
         wait_until(lambda: proc.proc.poll() is not None, DRAIN_S, "the coordinator to die after its Delta commit")
