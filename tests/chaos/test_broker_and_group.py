@@ -15,12 +15,12 @@ from bench.harness import files_in_flight, wait_until
 pytestmark = pytest.mark.chaos
 
 
-def test_broker_restart_mid_transaction(kafka_broker, kafka_bootstrap, make_topic, tmp_path, cluster_of):
+def test_broker_restart_mid_transaction(kafka_broker, kafka_bootstrap, make_topic, tmp_path, cluster_of, storage):
     if kafka_broker is None:
         pytest.skip("KAFKA_BOOTSTRAP_SERVERS names an external broker: this test restarts the session's own "
                     "LocalKafka and cannot restart a broker it does not own")
     topic = make_topic(partitions=2)
-    c = cluster_of(chaos_config(tmp_path, kafka_bootstrap, topic, **{"flush.size": 200}))
+    c = cluster_of(chaos_config(tmp_path, kafka_bootstrap, topic, s3=storage, **{"flush.size": 200}))
     stream = c.stream(kafka_bootstrap, topic, partitions=2, rate=60)
     run = c.start("run")
     rows = c.wait_rows_above(0, (run,), what="a first commit")

@@ -18,18 +18,18 @@ pytestmark = pytest.mark.chaos
 # (step, LAKESINK_FAULT_AFTER): the order makes each step meaningful. The first two coordinators die before the
 # table exists; after-delta-commit dies right after creating it, before its ACK; after-manifest passes the
 # manifest of its epoch claim (1st) and dies between the manifest of its first data txn (2nd) and that txn's
-# Delta append; during-staging-cleanup fires while the restarted coordinator removes the staging the after-ack
-# one left behind.
+# Delta append, leaving that txn's data files unreferenced; during-sweep fires while the next coordinator's
+# start-up sweep deletes them (orphan.files.retention.ms is 1 s here), and the after-ack one sweeps again.
 COORDINATOR_CHAIN = (("coordinator.after-start-sent", 1), ("coordinator.after-end-sent", 1),
                      ("coordinator.after-delta-commit", 1), ("coordinator.after-manifest", 2),
-                     ("coordinator.after-ack", 1), ("coordinator.during-sweep", 1))
+                     ("coordinator.during-sweep", 1), ("coordinator.after-ack", 1))
 assert {s for s, _ in COORDINATOR_CHAIN} == set(COORDINATOR_STEPS)
 
 
-def test_coordinator_dies_at_every_step(kafka_bootstrap, make_topic, tmp_path, cluster_of):
+def test_coordinator_dies_at_every_step(kafka_bootstrap, make_topic, tmp_path, cluster_of, storage):
     began = time.monotonic()
     topic = make_topic(partitions=3)
-    c = cluster_of(chaos_config(tmp_path, kafka_bootstrap, topic))
+    c = cluster_of(chaos_config(tmp_path, kafka_bootstrap, topic, s3=storage))
     stream = c.stream(kafka_bootstrap, topic, partitions=3, rate=30)  # until the last restart
     steady = c.start("worker")
     for step, after in COORDINATOR_CHAIN:

@@ -44,9 +44,9 @@ def assert_stepped_down(proc) -> None:
         f"exit 1 but not fenced:\n{text}"
 
 
-def test_takeover_from_a_paused_and_from_a_live_coordinator(kafka_bootstrap, make_topic, tmp_path, cluster_of):
+def test_takeover_from_a_paused_and_from_a_live_coordinator(kafka_bootstrap, make_topic, tmp_path, cluster_of, storage):
     topic = make_topic(partitions=2)
-    c = cluster_of(chaos_config(tmp_path, kafka_bootstrap, topic))
+    c = cluster_of(chaos_config(tmp_path, kafka_bootstrap, topic, s3=storage))
     stream = c.stream(kafka_bootstrap, topic, partitions=2, rate=50)
     worker = c.start("worker")
     # The first coordinator creates the table (no epoch claim before it exists) and pauses at its third
