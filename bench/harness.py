@@ -73,7 +73,7 @@ def pipeline_config(tmp_path, bootstrap: str, topic: str, s3=None, **extra) -> "
 class LakesinkProcess:
     """`python -m connector <role> --config F` as a child process with its own log file."""
 
-    def __init__(self, role: str, config, log_path, env: dict | None = None):
+    def __init__(self, role: str, config, log_path, env: dict | None = None, cwd=None):
         import os
         import subprocess
         import sys
@@ -81,7 +81,7 @@ class LakesinkProcess:
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "connector", role, "--config", str(config)],
-                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
 
     def kill(self) -> None:

@@ -1,0 +1,122 @@
+"""Tables on S3 with nothing shared between the machines but Kafka and the store: workers and coordinator in
+private directories, the sweep of unreferenced files, and write statuses too large for a control message.
+Against the session's real S3 server (SeaweedFS), read back with delta-rs and Spark as a user would."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_store, wait_until
+from connector.protocol.messages import WriteStatus, txn_version
+from connector.storage.store import Location, S3Settings, Store
+from connector.table.sink import DeltaTableSink, txn_tag
+from connector.table.sweep import sweep
+from participant.filegroup import FileGroupWriter
+from tests.support import produce_json
+
+pytestmark = pytest.mark.integration
+
+DRAIN_S = 240
+
+
+def _store(server, name: str) -> Store:
+    return Store(Location.parse(f"s3://{server.bucket}/{name}-{uuid.uuid4().hex[:8]}/t"),
+                 S3Settings(server.endpoint, None, True, server.access_key, server.secret_key))
+
+
+def _status(store: Store, app: str, epoch: int, txn: int, ids: list[int], partition: int = 0) -> WriteStatus:
+    writer = FileGroupWriter(store, app, "t", partition, "w", txn_tag(epoch, txn))
+    writer.append(pa.table({"id": pa.array(ids, pa.int64())}))
+    files = tuple(writer.flush())
+    return WriteStatus(app, epoch, txn, topic="t", partition=partition, worker="w", start_offset=0, first_offset=0,
+                       next_offset=len(ids), files=files, rows=len(ids), bytes=sum(f.bytes for f in files),
+                       schemas=writer.schemas)
+
+
+def test_workers_and_coordinator_share_no_path_only_kafka_and_s3(kafka_bootstrap, make_topic, tmp_path, s3_server,
+                                                                 report):
+    """Two worker processes and a coordinator process, each with its own working directory, TMPDIR and HOME (as
+    on three machines): every record lands exactly once, and no data file is written anywhere on the local disk."""
+    topic = make_topic(partitions=4)
+    base = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=s3_server,
+                           **{"coordinator.writestatus.timeout.ms": 15000})
+    produced = produce_json(kafka_bootstrap, topic, 30_000, partitions=4)
+    expected = {(topic, p): range(n) for p, n in produced.items()}
+    procs = []
+    try:
+        for role, worker_id in (("coordinator", None), ("worker", "machine-a"), ("worker", "machine-b")):
+            home = tmp_path / (worker_id or "machine-c")
+            (home / "tmp").mkdir(parents=True)
+            config = home / "lakesink.properties"
+            config.write_text(base.read_text() + (f"worker.id={worker_id}\n" if worker_id else ""))
+            procs.append(LakesinkProcess(role, config, home / f"{role}.log", cwd=home,
+                                         env={"TMPDIR": str(home / "tmp"), "HOME": str(home)}))
+        started = time.monotonic()
+        table = table_store(base)
+
+        def drained():
+            for p in procs:
+                assert p.alive(), f"{p.log_path} exited:\n{p.tail()}"
+            return exactly_once(table, expected)
+
+        wait_until(drained, DRAIN_S, "30k records exactly once from two workers on S3", interval_s=2)
+        report(f"no shared path (S3 table, 2 workers + coordinator in private directories): 30k records over 4 "
+               f"partitions exactly once {time.monotonic() - started:.1f} s after start")
+    finally:
+        for p in procs:
+            p.__exit__(None, None, None)
+    assert audit(table, expected) == {"rows": 30_000, "missing": 0, "duplicated": 0, "unexpected": 0}
+    local_data = [str(p) for p in tmp_path.rglob("*.parquet")]
+    assert local_data == [], f"data files on the local disk: {local_data}"
+    logs = {p.name: p.read_text() for p in tmp_path.glob("machine-*/worker.log")}
+    assert all("assigned" in text for text in logs.values()), "both workers took part"
+
+
+def test_the_sweep_deletes_only_files_no_table_version_references(spark, s3_server):
+    """Files of a discarded txn go once older than the retention; committed files stay, also one that a later
+    DELETE removed from the snapshot (time travel still reads it), as do files of a txn in flight and another
+    connector's files."""
+    store = _store(s3_server, "sweep")
+    sink = DeltaTableSink(store.root.delta_uri, "app", spark_factory=lambda: spark, store=store)
+    first = _status(store, "app", 1, 1, [1, 2, 3])
+    sink.commit(txn_version(1, 1), {("t", 0): 3}, (first,), expect_new_table=True)
+    discarded = _status(store, "app", 1, 2, [4, 5])  # reported, never committed
+    sink.commit(txn_version(1, 3), {("t", 0): 8}, (_status(store, "app", 1, 3, [6, 7, 8]),))
+    in_flight = _status(store, "app", 1, 4, [9])
+    other = _status(store, "other", 1, 2, [10])
+    spark.sql(f"DELETE FROM delta.`{store.root.spark_path}` WHERE id <= 3").collect()  # removes txn 1's file
+
+    assert sweep(sink, retention_s=3600).deleted == 0, "younger than the retention"
+    result = sweep(sink, retention_s=0)
+    remaining = {store.relative(i.path) for i in store.list("", recursive=True)}
+    gone = {f.path for f in discarded.files}
+    assert result.deleted == len(gone) and not gone & remaining
+    for kept in (first, in_flight, other):
+        assert {f.path for f in kept.files} <= remaining
+    assert sorted(r.id for r in spark.read.format("delta").load(store.root.spark_path).collect()) == [6, 7, 8]
+    first_version = 0
+    old = spark.read.format("delta").option("versionAsOf", first_version).load(store.root.spark_path)
+    assert sorted(r.id for r in old.collect()) == [1, 2, 3], "time travel reads the file DELETE removed"
+
+
+def test_a_file_list_too_large_for_a_control_message_travels_in_an_object(spark, s3_server):
+    store = _store(s3_server, "ref")
+    sink = DeltaTableSink(store.root.delta_uri, "app", spark_factory=lambda: spark, store=store)
+    status = _status(store, "app", 1, 1, list(range(100)))
+    files, schemas, ref = sink.status_files(list(status.files), status.schemas, ("t", 0), "w", txn_tag(1, 1),
+                                            inline_bytes=100)
+    assert files == () and schemas == () and ref.startswith("_lakesink/app/status/e000001-t00000001/")
+    by_ref = WriteStatus("app", 1, 1, topic="t", partition=0, worker="w", start_offset=0, first_offset=0,
+                         next_offset=100, files=(), rows=100, bytes=status.bytes, files_ref=ref)
+    assert sink.resolve((by_ref,))[0].files == status.files
+    result = sink.commit(txn_version(1, 1), {("t", 0): 100}, (by_ref,), expect_new_table=True)
+    assert result.rows == 100
+    assert spark.read.format("delta").load(store.root.spark_path).count() == 100
+    manifest = json.loads(store.read_bytes(f"_lakesink/app/commits/{txn_version(1, 1):020d}.json"))
+    assert manifest["groups"][0]["files"] == [f.path for f in status.files]
+    assert os.path.basename(ref).startswith("t-0-w-")
