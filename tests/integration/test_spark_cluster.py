@@ -31,19 +31,45 @@ def _s3a(server) -> dict[str, str]:
             "spark.hadoop.fs.s3a.endpoint.region": "us-east-1"}
 
 
-def _group(pgid: int) -> list[str]:
-    """Command lines of the live processes of process group `pgid`."""
-    members = []
+def _members(pgid: int) -> dict[int, str]:
+    """The live processes of process group `pgid`: pid -> command line."""
+    members = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                members[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, IndexError):
             continue
     return members
+
+
+def _group(pgid: int) -> list[str]:
+    return list(_members(pgid).values())
+
+
+_LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def _listening(pids) -> set[tuple[str, int]]:
+    """(hex address as /proc/net shows it, port) of every TCP socket the processes `pids` listen on."""
+    inodes = set()
+    for pid in pids:
+        try:
+            targets = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue  # ended, or an fd closed while we looked: the next poll sees it again
+        inodes |= {t[len("socket:["):-1] for t in targets if t.startswith("socket:[")}
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, port = fields[1].split(":")
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add((address, int(port, 16)))
+    return found
 
 
 def test_a_driver_on_the_cluster_writes_delta_on_s3_with_every_task_in_an_executor(spark_cluster, s3_server, report):
@@ -103,14 +129,15 @@ def test_a_driver_on_the_cluster_writes_delta_on_s3_with_every_task_in_an_execut
            f"{seen['job_s']:.1f} s, whole driver process {driver_s:.1f} s")
 
 
-def test_stop_ends_the_master_the_worker_and_a_running_applications_executor(tmp_path):
-    """Stopping the cluster while a driver holds an executor leaves no process of the cluster behind."""
+def test_the_cluster_listens_on_loopback_only_and_stop_ends_it_with_a_running_applications_executor(tmp_path):
+    """While a driver holds an executor, every process of the cluster listens on 127.0.0.1 only; stopping the
+    cluster then leaves none of them behind."""
     with LocalSparkCluster(tmp_path / "cluster") as cluster:
         groups = [cluster.master.pid, cluster.worker.pid]
         driver = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from pyspark import SparkConf, SparkContext; "
-             "sc = SparkContext(conf=SparkConf().setAll(list(eval(sys.argv[1]).items()))); sys.stdin.read()",
-             repr({**cluster.driver_conf(), "spark.app.name": "held", "spark.driver.host": "127.0.0.1",
+            [sys.executable, "-c", "import json, sys; from pyspark import SparkConf, SparkContext; "
+             "sc = SparkContext(conf=SparkConf().setAll(json.loads(sys.argv[1]).items())); sys.stdin.read()",
+             json.dumps({**cluster.driver_conf(), "spark.app.name": "held", "spark.driver.host": "127.0.0.1",
                    "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false"})],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -120,6 +147,14 @@ def test_stop_ends_the_master_the_worker_and_a_running_applications_executor(tmp
                 assert driver.poll() is None, "the driver exited before its executor started"
                 time.sleep(0.2)
             assert cluster.state()["activeapps"][0]["name"] == "held"
+            # the master, the worker (each an RPC port and a web UI) and the executor (its block manager, once it
+            # has registered) listen on loopback only
+            listening = _listening([pid for pgid in groups for pid in _members(pgid)])
+            while len(listening) < 5:
+                assert time.monotonic() < deadline, f"the executor never listened: {listening}"
+                time.sleep(0.2)
+                listening = _listening([pid for pgid in groups for pid in _members(pgid)])
+            assert {address for address, _ in listening} <= _LOOPBACK, listening
             cluster.stop()
             assert all(_group(pgid) == [] for pgid in groups), [_group(pgid) for pgid in groups]
         finally:
