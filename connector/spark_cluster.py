@@ -23,7 +23,8 @@ from connector.processes import stop_pid
 from connector.spark import DRIVER_JAVA_OPTIONS
 
 EXECUTOR_MEMORY = "512m"
-"""Heap of each executor on the local cluster: two of them (a worker of 1g) fit a small machine next to the driver."""
+"""Heap of each executor on the local cluster: it fits the default worker (1g) and leaves a small machine room for
+the driver."""
 
 DAEMON_MEMORY = "256m"
 """Heap of the Master and the Worker themselves: they schedule and launch, the executors do the work."""
