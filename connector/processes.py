@@ -16,14 +16,15 @@ State = TypeVar("State")
 
 
 def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:
-    """SIGTERM the process group, SIGKILL it after `timeout_s`. False when it was not running."""
+    """SIGTERM the process group, SIGKILL it after `timeout_s`; return once no process of the group is left (the
+    children a server launched included). False when it was not running."""
     try:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         return False
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not process_alive(pid):
+        if not process_alive(pid) and not group_alive(pid):
             return True
         time.sleep(0.2)
     try:
@@ -31,6 +32,29 @@ def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:
     except ProcessLookupError:
         pass
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group `pgid` is left (a zombie waiting for its parent does not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _parent, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # ended while we looked
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
 
 
 def process_alive(pid: int) -> bool:

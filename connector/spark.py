@@ -1,4 +1,5 @@
-"""The one SparkSession factory: Delta extension and catalog, jars from Maven Central, loopback only."""
+"""The one SparkSession factory: Delta extension and catalog, jars from Maven Central; loopback only, unless the
+master is a cluster elsewhere (docs/ARCHITECTURE.md, "Growing past one machine" in README.md)."""
 from __future__ import annotations
 
 import os
@@ -16,8 +17,6 @@ _DEFAULTS = {
     "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
@@ -36,6 +35,47 @@ _DEFAULTS = {
 }
 
 
+_LOOPBACK = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+"""A driver in local mode, or of a cluster on this machine, serves loopback only."""
+
+_CLUSTER = {
+    # the coordinator's jobs are small (the Delta log, one txn's rows); raise both with spark.executor.* when
+    # commits are Spark jobs over many rows (Delta's writer path)
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+}
+"""Defaults only a cluster master gets. Executors load every jar of spark.jars from the driver, so they need
+nothing installed but Spark itself, and network reach to the driver and to the table's storage."""
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+def on_loopback(master: str) -> bool:
+    """Whether `master` runs everything on this machine: `local...`, or a standalone master on a loopback address."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [address.rsplit(":", 1)[0] for address in master[len("spark://"):].split(",")]
+    return all(host in _LOOPBACK_HOSTS for host in hosts)
+
+
+def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list[str]) -> dict[str, str]:
+    """Every setting of lakesink's Spark session on `master`; `conf` (the connector's spark.* keys) wins."""
+    settings = dict(_DEFAULTS)
+    if on_loopback(master):
+        settings.update(_LOOPBACK)
+    if not master.startswith("local"):
+        settings.update(_CLUSTER)
+    settings["spark.jars"] = ",".join(all_jars)
+    settings["spark.sql.warehouse.dir"] = os.path.join(tempfile.gettempdir(), "lakesink-spark-warehouse")
+    settings.update(conf or {})
+    return settings
+
+
 def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mapping[str, str] | None = None,
               extra_jars: list[str] | None = None):
     """Return the process's SparkSession, creating it with Delta on first call (later calls reuse it)."""
@@ -44,11 +84,7 @@ def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mappin
 
     all_jars = [str(p) for p in (*jars.delta_jars(), *jars.s3_jars(), jars.logstore_jar())] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name).master(master)
-    settings = dict(_DEFAULTS)
-    settings["spark.jars"] = ",".join(all_jars)
-    settings["spark.sql.warehouse.dir"] = os.path.join(tempfile.gettempdir(), "lakesink-spark-warehouse")
-    settings.update(conf or {})
-    for key, value in settings.items():
+    for key, value in session_settings(master, conf, all_jars).items():
         if value != "":
             builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))

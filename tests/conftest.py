@@ -1,4 +1,5 @@
-"""Session-wide real infrastructure: one Kafka broker, one S3 server and one SparkSession per test session."""
+"""Session-wide real infrastructure: one Kafka broker, one S3 server, one SparkSession and one standalone Spark
+cluster per test session (each started only when a test asks for it)."""
 from __future__ import annotations
 
 import os
@@ -38,6 +39,16 @@ def storage(request):
     """Where a test's table lives: None for a local directory, the session's LocalS3 for an S3 prefix. A test that
     takes this fixture runs once for each."""
     return request.getfixturevalue("s3_server") if request.param == "s3" else None
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A standalone Spark cluster (a master and one worker of 1 core) on 127.0.0.1; run a driver on it in a process
+    of its own (one Python process holds one SparkContext, the `spark` fixture's) with its `driver_conf()`."""
+    from connector.spark_cluster import LocalSparkCluster
+
+    with LocalSparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Missing Java or Maven, a port in use, a broker that does not come up: one clear sentence each."""
+"""Missing Java, Maven or pyspark's launcher, a port in use, a broker that does not come up: one clear sentence each."""
 from __future__ import annotations
 
 import socket
@@ -42,3 +42,22 @@ def test_artifact_names_strip_versions():
     assert jars._artifact_of("jackson-core-2.18.2.jar") == "jackson-core"
     assert jars._artifact_of("delta-spark_2.13-4.4.0.jar") == "delta-spark_2.13"
     assert jars._artifact_of("RoaringBitmap-0.9.25.jar") == "RoaringBitmap"
+
+
+def test_a_spark_cluster_without_java_says_what_to_install(tmp_path, monkeypatch):
+    from connector.spark_cluster import LocalSparkCluster
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(SetupError, match=r"Java 17 or newer is not on PATH: install OpenJDK 17"):
+        LocalSparkCluster(tmp_path).start()
+    assert not (tmp_path / "master.log").exists()
+
+
+def test_a_spark_cluster_without_pysparks_launcher_says_to_reinstall(tmp_path, monkeypatch):
+    from connector.spark_cluster import LocalSparkCluster
+
+    monkeypatch.setattr(jars, "spark_jars_dir", lambda: tmp_path / "no-pyspark" / "jars")
+    with pytest.raises(SetupError, match=r"^pyspark's launcher .*/no-pyspark/bin/spark-class is missing: reinstall "
+                                         r"the pinned pyspark \(`make setup`\) and run again\.$"):
+        LocalSparkCluster(tmp_path / "cluster").start()

@@ -1,0 +1,44 @@
+"""What lakesink's Spark session is given for each kind of master (connector/spark.py `session_settings`)."""
+from __future__ import annotations
+
+import pytest
+
+from connector.spark import on_loopback, session_settings
+
+JARS = ["/jars/delta-spark.jar", "/jars/lakesink-logstore.jar"]
+
+
+@pytest.mark.parametrize("master, expected", [
+    ("local[*]", True), ("local[2]", True), ("spark://127.0.0.1:7077", True), ("spark://localhost:7077", True),
+    ("spark://127.0.0.1:7077,localhost:7078", True), ("spark://[::1]:7077", True),
+    ("spark://spark-master:7077", False), ("spark://127.0.0.1:7077,10.0.0.5:7077", False),
+    ("yarn", False), ("k8s://https://127.0.0.1:6443", False),
+])
+def test_a_master_is_on_loopback_only_when_all_of_it_is_on_this_machine(master, expected):
+    assert on_loopback(master) is expected
+
+
+def test_local_mode_serves_loopback_and_sets_no_executor_sizes():
+    settings = session_settings("local[2]", None, JARS)
+    assert settings["spark.driver.host"] == settings["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "spark.executor.memory" not in settings and "spark.executor.cores" not in settings
+    assert settings["spark.jars"] == ",".join(JARS)
+
+
+def test_a_cluster_on_this_machine_keeps_loopback_and_gets_small_executors_with_every_jar():
+    settings = session_settings("spark://127.0.0.1:7077", None, JARS)
+    assert settings["spark.driver.host"] == "127.0.0.1"
+    assert (settings["spark.executor.memory"], settings["spark.executor.cores"]) == ("512m", "1")
+    assert settings["spark.jars"] == ",".join(JARS)
+
+
+def test_a_cluster_elsewhere_lets_spark_choose_the_address_its_executors_reach_the_driver_on():
+    settings = session_settings("spark://spark-master:7077", None, JARS)
+    assert "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings
+    assert settings["spark.executor.memory"] == "512m"
+
+
+def test_the_connectors_spark_keys_win_over_every_default():
+    settings = session_settings("spark://spark-master:7077", {"spark.driver.host": "10.0.0.7",
+                                                              "spark.executor.memory": "4g"}, JARS)
+    assert (settings["spark.driver.host"], settings["spark.executor.memory"]) == ("10.0.0.7", "4g")
