@@ -179,3 +179,45 @@ def test_a_cluster_that_does_not_come_up_in_time_is_a_one_line_setup_error_and_l
     assert "\n" not in message and "did not come up within 0.5 s" in message and str(cluster.master_log) in message
     assert len(launched) == 2 and all(_group(pgid) == [] for pgid in launched)
 
+
+
+def test_the_coordinator_on_a_standalone_cluster_commits_an_s3_table_through_its_executors(
+        spark, spark_cluster, s3_server, kafka_bootstrap, make_topic, tmp_path, report):
+    """`spark.master` = the cluster: lakesink's coordinator commits a user's S3 table with a CHECK constraint, so
+    Delta's writer reads the participants' data files and writes the table's in executor JVMs; every record lands
+    once and the master lists the connector's application with executors."""
+    from bench.harness import LakesinkProcess, exactly_once, pipeline_config, table_store, wait_until
+    from tests.support import produce_json
+
+    topic = make_topic(partitions=2)
+    conf = {k: v for k, v in spark_cluster.driver_conf().items()}
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=s3_server,
+                             **{"transaction.interval.ms": 3000, "coordinator.writestatus.timeout.ms": 30000, **conf})
+    store = table_store(config)
+    for key, value in store.s3.hadoop_conf().items():
+        spark.sparkContext._jsc.hadoopConfiguration().set(key, value)
+    spark.sql(f"CREATE TABLE delta.`{store.root.spark_path}` (id BIGINT, user STRING, amount DOUBLE, kind STRING, "
+              f"_kafka_topic STRING, _kafka_partition INT, _kafka_offset BIGINT, _kafka_timestamp TIMESTAMP, "
+              f"_kafka_key BINARY) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{store.root.spark_path}` ADD CONSTRAINT id_nonneg CHECK (id >= 0)")
+    produced = produce_json(kafka_bootstrap, topic, 2_000, partitions=2)
+    expected = {(topic, p): range(n) for p, n in produced.items()}
+    started = time.monotonic()
+    with LakesinkProcess("run", config, tmp_path / "run.log") as proc:
+        def drained():
+            assert proc.alive(), proc.tail()
+            return exactly_once(store, expected)
+
+        wait_until(drained, 240, f"2000 records exactly once through the cluster ({tmp_path / 'run.log'})",
+                   interval_s=2)
+        drained_s = time.monotonic() - started
+        apps = spark_cluster.state().get("activeapps", [])
+        mine = [a for a in apps if a.get("name", "").startswith("lakesink-sink-")]
+        assert mine, f"the connector's application is not on the cluster: {apps}"
+        assert proc.terminate() == 0
+    assert "written through Delta's writer" in (tmp_path / "run.log").read_text()
+    executor_logs = list(Path(spark_cluster.worker_dir).rglob("stderr"))
+    assert any("Running task" in p.read_text(errors="replace") for p in executor_logs), \
+        "no task ran in an executor"
+    report(f"coordinator on a standalone Spark cluster (1 executor), S3 table with a CHECK constraint: 2000 records "
+           f"exactly once {drained_s:.1f} s after start")
