@@ -241,28 +241,14 @@ class Store:
             if not _not_found(exc):
                 raise
 
-    def delete_dir(self, relative: str) -> None:
-        try:
-            self.fs.delete_dir(self.path(relative))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if not _not_found(exc):
-                raise
-
     def put_if_absent(self, relative: str, data: bytes) -> bool:
         """Write `data` under `relative` unless something is there: True when this call wrote it, False when the
         name was taken (whoever took it). Durable when it returns True."""
         if self.root.is_s3:
             return self._put_if_absent_s3(relative, data)
         target = Path(self.path(relative))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+        temporary = _synced_temporary(target, data)
         try:
-            with open(temporary, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
             try:
                 os.link(temporary, target)  # atomic and exclusive on a POSIX file system
             except FileExistsError:
@@ -295,26 +281,23 @@ class Store:
                 out.write(data)
             return
         target = Path(self.path(relative))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+        temporary = _synced_temporary(target, data)
         try:
-            with open(temporary, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
             os.replace(temporary, target)
             sync_directory(target.parent)
         finally:
             temporary.unlink(missing_ok=True)
 
 
-def sync_file(path: Path) -> None:
-    """Make a written local file's bytes durable before anything names it."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _synced_temporary(target: Path, data: bytes) -> Path:
+    """`data` written and synced under a hidden temporary name beside `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    with open(temporary, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return temporary
 
 
 def sync_directory(directory: Path) -> None:
