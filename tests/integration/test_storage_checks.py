@@ -182,3 +182,16 @@ def test_validate_of_an_s3_target_with_a_wrong_secret_exits_2_with_one_line(s3_s
         f"storage {base}/events: credentials rejected by {s3_server.endpoint}: aws.secret.access.key is not the "
         f"secret of aws.access.key.id=lakesink: fix aws.secret.access.key"]
     assert "wrong-secret-5678" not in out
+
+
+def test_put_if_absent_agrees_with_the_conditional_write_check(s3_server):
+    """What check 3 vouches for is what Store.put_if_absent relies on: the second put of a name loses on the real
+    server, and wins (an overwrite) on the store that check 3 refuses."""
+    store = _store(s3_server.endpoint)
+    assert store.put_if_absent("probe/x", b"first") is True
+    assert store.put_if_absent("probe/x", b"second") is False
+    assert store.read_bytes("probe/x") == b"first"
+    with S3Proxy(s3_server.endpoint, strip_conditional=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY) as proxy:
+        faulty = Store(store.root, S3Settings(proxy.endpoint, None, True, ACCESS_KEY, SECRET_KEY))
+        assert faulty.put_if_absent("probe/x", b"second") is True
+    assert store.read_bytes("probe/x") == b"second"
