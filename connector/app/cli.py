@@ -5,7 +5,7 @@ import argparse
 import logging
 import sys
 
-from connector.errors import ConfigError, LakesinkError
+from connector.errors import ConfigError, LakesinkError, SetupError
 
 
 def _cmd_deps(args) -> int:
@@ -84,6 +84,7 @@ def _cmd_verify(args) -> int:
 
 def _cmd_validate(args) -> int:
     from connector.config import load_config, validate_file
+    from connector.storage.store import Store
 
     problems = validate_file(args.config)
     if problems:
@@ -92,16 +93,37 @@ def _cmd_validate(args) -> int:
             print(f"  - {p}")
         return 2
     print(f"{args.config}: valid")
-    return _validate_table(load_config(args.config))
+    cfg = load_config(args.config)
+    try:
+        store = Store.for_config(cfg)
+    except SetupError as exc:
+        print(f"table {cfg.table_path}: {exc}")
+        return 2
+    if store.root.is_s3 and _validate_storage(store, cfg.name):
+        return 2
+    return _validate_table(cfg, store)
 
 
-def _validate_table(cfg) -> int:
-    """The target table, if it exists: refused (exit 2, one line naming the feature), or how it is written."""
-    from connector.storage.store import Store
-    from connector.table.sink import DeltaTableSink
+def _validate_storage(store, connector: str) -> int:
+    """The start-up checks of an S3 target (connector/storage/checks.py): one line, passed or the failure."""
+    from connector.storage.checks import check_store, passed
 
     try:
-        profile = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg)).profile()
+        check_store(store, connector)
+    except SetupError as exc:
+        print(exc)
+        return 2
+    print(f"storage {store.root.delta_uri}: {passed(store)}")
+    return 0
+
+
+def _validate_table(cfg, store) -> int:
+    """The target table, if it exists: refused (exit 2, one line naming the feature), or how it is written."""
+    from connector.table.features import read_profile
+
+    try:
+        table = store.delta_table()
+        profile = read_profile(table) if table is not None else None
     except Exception as exc:  # noqa: BLE001 - delta-rs cannot read the table's log
         print(f"table {cfg.table_path}: cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
         return 2
@@ -146,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
         p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("validate", help="check a .properties file; exit 0 when valid, 2 when not")
+    p = sub.add_parser("validate", help="check a .properties file, and for an s3:// target that the bucket answers, the "
+                                        "credentials can write and conditional writes are honoured; exit 0 when "
+                                        "valid, 2 when not")
     p.add_argument("--config", required=True)
     p.set_defaults(func=_cmd_validate)
 

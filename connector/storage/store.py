@@ -95,8 +95,8 @@ class S3Settings:
         kwargs["force_virtual_addressing"] = not self.path_style and not self.endpoint
         return pafs.S3FileSystem(**kwargs)
 
-    def client(self):
-        """A boto3 S3 client: what pyarrow.fs cannot do (conditional puts)."""
+    def client(self, *, connect_timeout_s: float = 10, read_timeout_s: float = 60, attempts: int = 4):
+        """A boto3 S3 client: what pyarrow.fs cannot do (conditional puts). `attempts` counts the first try."""
         import boto3
         from botocore.config import Config
 
@@ -104,8 +104,8 @@ class S3Settings:
         return boto3.client(
             "s3", endpoint_url=self.endpoint, region_name=self.effective_region, aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
-            config=Config(s3={"addressing_style": style}, retries={"max_attempts": 3, "mode": "standard"},
-                          connect_timeout=10, read_timeout=60))
+            config=Config(s3={"addressing_style": style}, retries={"total_max_attempts": attempts, "mode": "standard"},
+                          connect_timeout=connect_timeout_s, read_timeout=read_timeout_s))
 
 
 @dataclass(frozen=True)
@@ -266,11 +266,7 @@ class Store:
                                    IfNoneMatch="*")
             return True
         except ClientError as exc:
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            code = exc.response.get("Error", {}).get("Code")
-            if status == 412 or code == "PreconditionFailed":
-                return False
-            if status == 409 or code == "ConditionalRequestConflict":  # a concurrent conditional put of this key
+            if name_taken(exc):
                 return False
             raise
 
@@ -298,6 +294,15 @@ def _synced_temporary(target: Path, data: bytes) -> Path:
         out.flush()
         os.fsync(out.fileno())
     return temporary
+
+
+def name_taken(error) -> bool:
+    """Whether a botocore ClientError of a `If-None-Match: *` put says the key was taken: 412, or 409 for a
+    concurrent conditional put of the same key."""
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    code = error.response.get("Error", {}).get("Code")
+    return status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict")
+
 
 
 def sync_directory(directory: Path) -> None:
