@@ -34,6 +34,7 @@ from connector.protocol.messages import (
 from connector.metrics import Metrics
 from connector.retry import Retries
 from connector.table.failures import Failure, classify
+from connector.storage.checks import check_store
 from connector.storage.store import Store
 from connector.table.sink import CommitResult, DeltaTableSink
 from connector.table.sweep import sweep
@@ -132,6 +133,9 @@ class CoordinatorService:
 
     def open(self) -> "CoordinatorService":
         cfg = self.cfg
+        # the bucket answers, the credentials can write, and every commit can be put-if-absent: else one line, and
+        # nothing is written (connector/storage/checks.py)
+        check_store(self.store, cfg.name)
         self._warm_up_spark()
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, "coordinator",
                                        dict(cfg.producer_overrides), dict(cfg.consumer_overrides)).open()

@@ -28,6 +28,7 @@ from connector.kafka.deadletter import DeadLetterError, DeadLetterProducer
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
+from connector.storage.checks import check_store
 from connector.storage.store import Store
 from connector.table.features import read_profile
 from connector.table.sink import DeltaTableSink, txn_tag
@@ -131,6 +132,7 @@ class Worker:
 
     def open(self) -> "Worker":
         cfg = self.cfg
+        check_store(self._store, cfg.name, conditional=False)  # data files have names no other writer uses
         if self.worker_id is None:
             self._identity = WorkerIdentity.claim(cfg.kafka_group_id)
             self.worker_id = self._identity.worker_id

@@ -120,3 +120,45 @@ def test_a_file_list_too_large_for_a_control_message_travels_in_an_object(spark,
     manifest = json.loads(store.read_bytes(f"_lakesink/app/commits/{txn_version(1, 1):020d}.json"))
     assert manifest["groups"][0]["files"] == [f.path for f in status.files]
     assert os.path.basename(ref).startswith("t-0-w-")
+
+
+@pytest.mark.parametrize("fault", ["wrong secret", "missing bucket", "unreachable endpoint", "no conditional writes"])
+def test_a_store_lakesink_cannot_use_stops_start_up_with_one_line_and_nothing_written(
+        fault, kafka_bootstrap, make_topic, tmp_path, s3_server):
+    """`lakesink run` against a store that fails one of the start-up checks exits non-zero with one line saying
+    which, and writes nothing to the store (no table, no manifest, no data file)."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.s3proxy import S3Proxy
+
+    topic = make_topic(partitions=1)
+    produce_json(kafka_bootstrap, topic, 10, partitions=1)
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=s3_server)
+    prefix = next(line.split("=", 1)[1] for line in config.read_text().splitlines()
+                  if line.startswith("target.base.path=")).split("/", 3)[3]
+    with socket.socket() as closed, S3Proxy(s3_server.endpoint, strip_conditional=True,
+                                            access_key=s3_server.access_key, secret_key=s3_server.secret_key) as proxy:
+        closed.bind(("127.0.0.1", 0))
+        override, expected = {
+            "wrong secret": ("aws.secret.access.key=not-the-secret-42", "aws.secret.access.key"),
+            "missing bucket": (f"target.base.path=s3://no-such-bucket-{uuid.uuid4().hex[:6]}/{prefix}",
+                               "does not exist"),
+            "unreachable endpoint": (f"s3.endpoint=http://127.0.0.1:{closed.getsockname()[1]}", "cannot reach"),
+            "no conditional writes": (f"s3.endpoint={proxy.endpoint}", "conditional writes"),
+        }[fault]
+        key = override.split("=", 1)[0]
+        config.write_text("".join(f"{override}\n" if line.startswith(f"{key}=") else f"{line}\n"
+                                  for line in config.read_text().splitlines()))
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "connector", "run", "--config", str(config)], capture_output=True,
+                             text=True, timeout=120)
+        elapsed = time.monotonic() - started
+    assert out.returncode != 0, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("lakesink:")]
+    assert len(lines) == 1 and expected in lines[0], out.stderr[-3000:]
+    assert "not-the-secret-42" not in out.stdout + out.stderr
+    assert elapsed < 60, f"start-up took {elapsed:.1f} s to fail"
+    listed = s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix)
+    assert listed.get("KeyCount", 0) == 0, [o["Key"] for o in listed.get("Contents", [])]
