@@ -90,4 +90,17 @@ def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mappin
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("LAKESINK_SPARK_LOG_LEVEL", "WARN"))
+    _quiet_expected_conflicts(spark)
     return spark
+
+
+QUIET_LOGGERS = ("org.apache.hadoop.fs.s3a.S3ABlockOutputStream", "org.apache.hadoop.fs.s3a.S3AInstrumentation")
+"""S3A logs a refused conditional create (another writer has that Delta log version: an expected conflict that Delta
+handles) as a warning of a dozen lines with its statistics; errors still show."""
+
+
+def _quiet_expected_conflicts(spark) -> None:
+    jvm = spark._jvm
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)

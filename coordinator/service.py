@@ -381,8 +381,9 @@ class CoordinatorService:
         """The table moved under us. A newer epoch owns it: step down. Otherwise (we lost the race to create
         the table) recover again under a new epoch."""
         recovered = self.sink.recover()
-        if recovered.epoch > self.state.epoch:
-            raise FencedError(f"table {self.cfg.table_path} is owned by epoch {recovered.epoch} > "
+        newest = max(recovered.epoch, self.sink.highest_manifest_epoch())
+        if newest > self.state.epoch:
+            raise FencedError(f"table {self.cfg.table_path} is owned or being claimed by epoch {newest} > "
                               f"{self.state.epoch}: this coordinator steps down")
         log.warning("lost the race to create %s; recovering under a new epoch", self.cfg.table_path)
         return self._begin()

@@ -317,6 +317,12 @@ class DeltaTableSink:
             return CommitResult(version, None, 0, 0, 0, skipped_empty=True)
         self.write_manifest(version, offsets, statuses, claim_base)
         fault_point("coordinator.after-manifest")
+        claimer = self.highest_manifest_epoch()
+        if claimer > split_version(version)[0]:
+            # a newer coordinator has written its epoch claim's manifest: it is taking the table over, and a commit
+            # of this one now would only make its claim lose Delta's conflict check, again and again
+            raise FencedError(f"a coordinator of epoch {claimer} is claiming {self.table_path}: this coordinator "
+                              f"(epoch {split_version(version)[0]}) steps down before committing txn version {version}")
         rejected = 0
         try:
             written = self._append(version, statuses, expect_new_table)
