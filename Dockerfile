@@ -1,4 +1,5 @@
-FROM eclipse-temurin:17-jre-jammy
+# a JDK, not a JRE: `lakesink deps` compiles lakesink's Delta log store for S3 (connector/table/java) with javac
+FROM eclipse-temurin:17-jdk-jammy
 RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv python3-pip maven \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/lakesink

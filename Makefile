@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine (see README.md):
 #   make demo  - install everything, start a local Kafka broker, sink sample events into a local Delta table
+#                (DEMO_ARGS=--s3: the table on a local S3 server)
 #   make test  - install everything and run the whole test suite against a real broker and real Delta tables
 PYTHON ?= python3
 VENV   ?= .venv
@@ -19,7 +20,7 @@ setup: $(STAMP)
 	$(BIN)/lakesink deps
 
 demo: setup
-	$(BIN)/lakesink demo
+	$(BIN)/lakesink demo $(DEMO_ARGS)
 
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULT_TAG = "BENCH_RESULT "
+S3_PREFIX = "bench"
 POLL_S = 0.2
 PHASES = ("raw", "lakesink", "sss", "latency", "profile")
 DEFAULT_PHASES = "raw,lakesink,sss,latency"
@@ -147,22 +149,30 @@ class Version:
 
 
 class DeltaLogWatcher:
-    """Reads each new _delta_log/<version>.json once: rows added (stats numRecords) and the files."""
+    """Reads each new _delta_log/<version>.json once: rows added (stats numRecords) and the files. `table` is a
+    local directory, or a bench.s3.FilerLog for a table on the benchmark's S3 server (read without S3 requests)."""
 
-    def __init__(self, table: Path | str):
-        self.table = Path(table)
+    def __init__(self, table):
+        self.table = table if hasattr(table, "read") else Path(table)
         self.versions: list[Version] = []
         self.rows = 0
         self._next = 0
 
+    def _read(self, relative: str) -> tuple[float, bytes] | None:
+        if not isinstance(self.table, Path):
+            return self.table.read(relative)
+        path = self.table / relative
+        try:
+            return path.stat().st_mtime_ns / 1e9, path.read_bytes()
+        except FileNotFoundError:
+            return None
+
     def poll(self) -> int:
         while True:
-            path = self.table / "_delta_log" / f"{self._next:020d}.json"
-            try:
-                mtime = path.stat().st_mtime_ns / 1e9
-                text = path.read_text()
-            except FileNotFoundError:
+            found = self._read(f"_delta_log/{self._next:020d}.json")
+            if found is None:
                 return self.rows
+            mtime, text = found[0], found[1].decode()
             rows, files, commit_ts = 0, [], None
             for line in text.splitlines():
                 if not line.strip():
@@ -178,9 +188,11 @@ class DeltaLogWatcher:
                 if "numRecords" in stats:
                     rows += stats["numRecords"]
                 else:
+                    import pyarrow as pa
                     import pyarrow.parquet as pq
 
-                    rows += pq.ParquetFile(self.table / add["path"]).metadata.num_rows
+                    data = self._read(urllib.parse.unquote(add["path"]))
+                    rows += pq.ParquetFile(pa.BufferReader(data[1])).metadata.num_rows if data else 0
             self.versions.append(Version(self._next, mtime, rows, files, commit_ts))
             self.rows += rows
             self._next += 1
@@ -395,6 +407,49 @@ class Bench:
     children: Children = field(default_factory=Children)
     results: dict = field(default_factory=dict)
     machine: str = field(default_factory=lambda: machine())  # with the load average before anything started
+    s3: object | None = None  # a bench.s3.BenchS3 with --storage s3: every table goes there
+    meter: object | None = None  # its bench.s3.RequestMeter, sampled as the phases poll
+
+    # -- where tables live --
+
+    def table_uri(self, name: str) -> str:
+        """The table `name`: a directory under the work directory, or s3://<bucket>/bench/tables/<name>."""
+        if self.s3 is None:
+            return str(self.work / "tables" / name)
+        return f"s3://{self.s3.bucket}/{S3_PREFIX}/tables/{name}"
+
+    def table_log(self, name: str):
+        """What DeltaLogWatcher reads the table `name` from (on S3: the filer, not an S3 request)."""
+        return table_log(self.table_uri(name), self.s3.filer if self.s3 else None)
+
+    def table_store(self, name: str):
+        from connector.storage.store import Location, S3Settings, Store
+
+        s3 = self.s3
+        settings = S3Settings(s3.endpoint, None, True, s3.access_key, s3.secret_key) if s3 else None
+        return Store(Location.parse(self.table_uri(name)), settings)
+
+    def requests(self, start: float, end: float, commits: int) -> dict | None:
+        """The S3 requests the server answered between two moments (sampled every POLL_S), per commit."""
+        if self.meter is None:
+            return None
+        from bench.s3 import summarise
+
+        return summarise(self.meter.between(start, end), commits)
+
+    def s3_requests(self, started: float, ready: float | None, ended: float, watcher: "DeltaLogWatcher") -> dict | None:
+        """Requests of a lakesink or SSS run: start-up (process start -> ready), the run (ready -> the end, per
+        data commit) and, with two commits or more, steady (first commit visible -> last, per commit after the
+        first)."""
+        if self.meter is None:
+            return None
+        data = watcher.data_versions()
+        out = {"run": self.requests(ready or started, ended, len(data))}
+        if ready:
+            out["startup"] = self.requests(started, ready, 0)
+        if len(data) > 1:
+            out["steady"] = self.requests(data[0].visible, data[-1].visible, len(data) - 1)
+        return out
 
     @property
     def records(self) -> int:
@@ -423,6 +478,10 @@ class Bench:
             "spark.master": self.args.spark_master,
             **self.spark_conf(name, DRIVER_JAVA_OPTIONS),
         }
+        if self.s3 is not None:
+            from bench.harness import s3_settings
+
+            settings.update(s3_settings(self.s3, S3_PREFIX))
         path = self.work / f"{name}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         return path
@@ -458,6 +517,8 @@ class Bench:
         while True:
             watcher.poll()
             memory.sample()
+            if self.meter is not None:
+                self.meter.sample()
             if control is not None:
                 control.poll()
             if done():
@@ -472,7 +533,7 @@ class Bench:
                 _say(f"  {what}: {watcher.rows:,} rows visible")
             time.sleep(POLL_S)
 
-    def _until_all(self, proc: subprocess.Popen, table: Path, log: Path, want: int, what: str,
+    def _until_all(self, proc: subprocess.Popen, table, log: Path, want: int, what: str,
                    control: ControlTail | None = None) -> tuple[DeltaLogWatcher, TreeMemory, float]:
         """Wait until `want` rows are visible; the watcher, the memory, and when the last commit became visible."""
         watcher, memory = DeltaLogWatcher(table), TreeMemory(proc.pid)
@@ -489,17 +550,26 @@ class Bench:
         try:
             started = time.time()
             proc = self.children.start([sys.executable, "-m", "connector", "run", "--config", str(config)], log)
-            watcher, memory, ended = self._until_all(proc, self.work / "tables" / name, log, self.records,
+            watcher, memory, ended = self._until_all(proc, self.table_log(name), log, self.records,
                                                      "lakesink", control)
             control.await_progress(len(watcher.data_versions()))
+            done = self._sample_requests()
             Children.stop(proc)
         finally:
             control.close()
         result = self._rates(watcher, started, control.first_start(), ended)
         result.update(memory.summary())
         result["txns"] = txn_timeline(control.messages)
-        result["table_rows_delta_rs"] = delta_rs_rows(self.work / "tables" / name)
+        result["s3_requests"] = self.s3_requests(started, control.first_start(), done, watcher)
+        result["table_rows_delta_rs"] = delta_rs_rows(self.table_store(name))
         return result
+
+    def _sample_requests(self) -> float:
+        """Now, after a last sample of the S3 request counts: the end of a run, before its process stops (its
+        shutdown is not part of what is measured)."""
+        if self.meter is not None:
+            self.meter.sample()
+        return time.time()
 
     def _rates(self, watcher: DeltaLogWatcher, started: float, ready: float | None, ended: float) -> dict:
         data = watcher.data_versions()
@@ -518,15 +588,21 @@ class Bench:
         return out
 
     def sss(self) -> dict:
-        table = self.work / "tables" / "sss"
+        from connector.storage.store import Location
+
+        table = Location.parse(self.table_uri("sss"))
+        checkpoint = self.work / "sss-checkpoint" if self.s3 is None else \
+            f"s3a://{self.s3.bucket}/{S3_PREFIX}/sss-checkpoint"
         log = self.work / "sss.log"
         started = time.time()
         proc = self.children.start(_self_cmd(
-            "sss", bootstrap=self.bootstrap, topic=self.topic, records=self.records, table=table,
-            checkpoint=self.work / "sss-checkpoint", spark_master=self.args.spark_master,
+            "sss", bootstrap=self.bootstrap, topic=self.topic, records=self.records, table=table.spark_path,
+            checkpoint=checkpoint, spark_master=self.args.spark_master,
             sss_trigger=self.args.sss_trigger, txn_interval_ms=self.args.txn_interval_ms,
-            sss_max_offsets=self.args.sss_max_offsets, work=self.work), log)
-        watcher, memory, ended = self._until_all(proc, table, log, self.records, "sss")
+            sss_max_offsets=self.args.sss_max_offsets, work=self.work,
+            **({"s3_endpoint": self.s3.endpoint} if self.s3 else {})), log)
+        watcher, memory, ended = self._until_all(proc, self.table_log("sss"), log, self.records, "sss")
+        done = self._sample_requests()
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline:  # it stops its query and reports
             memory.sample()
@@ -537,7 +613,8 @@ class Bench:
         result.update(memory.summary())
         result["batches"] = child.get("batches", [])
         result["trigger"] = child.get("trigger")
-        result["table_rows_delta_rs"] = delta_rs_rows(table)
+        result["s3_requests"] = self.s3_requests(started, child.get("ready"), done, watcher)
+        result["table_rows_delta_rs"] = delta_rs_rows(self.table_store("sss"))
         return result
 
     def latency(self) -> dict:
@@ -548,7 +625,6 @@ class Bench:
         config = self.lakesink_config(name, topic)
         control = ControlTail(self.bootstrap, f"control-{name}")
         log = self.work / "latency.log"
-        table = self.work / "tables" / name
         try:
             proc = self.children.start([sys.executable, "-m", "connector", "run", "--config", str(config)], log)
             deadline = time.monotonic() + args.phase_timeout
@@ -559,13 +635,14 @@ class Bench:
                 time.sleep(POLL_S)
             paced = PacedProducer(self.bootstrap, topic, args.partitions, args.latency_rate,
                                   args.latency_warmup + args.latency_seconds)
-            watcher, memory = DeltaLogWatcher(table), TreeMemory(proc.pid)
+            watcher, memory = DeltaLogWatcher(self.table_log(name)), TreeMemory(proc.pid)
             self._watch(proc, watcher, memory, log, "latency", paced.done.is_set, control)
             paced.join()
             self._watch(proc, watcher, memory, log, "latency", lambda: watcher.rows >= paced.produced, control)
             if watcher.rows != paced.produced:
                 raise PhaseFailed(f"latency: {watcher.rows} rows in the table, {paced.produced} produced")
             control.await_progress(len(watcher.data_versions()))
+            done = self._sample_requests()
             Children.stop(proc)
         finally:
             control.close()
@@ -573,11 +650,12 @@ class Bench:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
+        store = self.table_store(name)
         latencies: list[float] = []
         for v in watcher.data_versions():
             visible_ms = v.visible * 1000
             for f in v.files:
-                ts = pq.read_table(table / f, columns=["ts"]).column("ts")
+                ts = pq.read_table(store.path(urllib.parse.unquote(f)), columns=["ts"], filesystem=store.fs).column("ts")
                 ts = pc.filter(ts, pc.greater_equal(ts, cutoff_ms))
                 latencies.extend(visible_ms - t for t in ts.to_pylist())
         latencies.sort()
@@ -586,16 +664,18 @@ class Bench:
                 "measured": len(latencies), "p50_ms": _pct(latencies, 50), "p90_ms": _pct(latencies, 90),
                 "p99_ms": _pct(latencies, 99), "max_ms": latencies[-1] if latencies else None,
                 "mean_ms": sum(latencies) / len(latencies) if latencies else None,
-                "commits": len(watcher.data_versions()), "txns": txn_timeline(control.messages), **memory.summary()}
+                "commits": len(watcher.data_versions()), "txns": txn_timeline(control.messages),
+                "s3_requests": self.s3_requests(paced.started, None, done, watcher), **memory.summary()}
 
     def profile(self) -> dict:
         name = f"prof{uuid.uuid4().hex[:6]}"
         config = self.lakesink_config(name, self.topic)
         control = ControlTail(self.bootstrap, f"control-{name}")
         log = self.work / "profile.log"
-        table = self.work / "tables" / name
         try:
-            proc = self.children.start(_self_cmd("profile", config=config, records=self.records, table=table), log)
+            proc = self.children.start(_self_cmd("profile", config=config, records=self.records,
+                                                 table=self.table_uri(name),
+                                                 **({"filer": self.s3.filer} if self.s3 else {})), log)
             deadline = time.monotonic() + self.args.phase_timeout
             while proc.poll() is None:
                 control.poll()
@@ -662,12 +742,22 @@ def _pct(values: list[float], p: float) -> float | None:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def delta_rs_rows(table: Path) -> int | None:
-    """The table's row count from delta-rs add actions (a cross-check of the log watcher; no data read)."""
-    import deltalake
+def table_log(uri: str, filer: str | None):
+    """What DeltaLogWatcher reads: the local directory, or, for s3://bucket/key, the filer of the bench's server."""
+    from connector.storage.store import Location
 
+    location = Location.parse(uri)
+    if not location.is_s3:
+        return Path(location.key)
+    from bench.s3 import FilerLog
+
+    return FilerLog(filer, location.bucket, location.key)
+
+
+def delta_rs_rows(store) -> int | None:
+    """The table's row count from delta-rs add actions (a cross-check of the log watcher; no data read)."""
     try:
-        adds = deltalake.DeltaTable(str(table)).get_add_actions(flatten=True)
+        adds = store.delta_table().get_add_actions(flatten=True)
     except Exception:  # noqa: BLE001
         return None
     import pyarrow as pa
@@ -758,9 +848,14 @@ def child_sss(args) -> int:
 
     local = Path(args.work) / "spark-sss"
     (local / "tmp").mkdir(parents=True, exist_ok=True)
-    spark = get_spark("bench-sss", args.spark_master,
-                      {"spark.local.dir": str(local), "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local / 'tmp'}"},
-                      extra_jars=[str(p) for p in spark_kafka_jars()])
+    conf = {"spark.local.dir": str(local), "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local / 'tmp'}"}
+    if args.s3_endpoint:  # the table and the checkpoint on the bench's S3 server, through S3A like lakesink's
+        from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+        from connector.storage.store import S3Settings
+
+        settings = S3Settings(args.s3_endpoint, None, True, ACCESS_KEY, SECRET_KEY)
+        conf.update({f"spark.hadoop.{k}": v for k, v in settings.hadoop_conf().items()})
+    spark = get_spark("bench-sss", args.spark_master, conf, extra_jars=[str(p) for p in spark_kafka_jars()])
     ready = time.time()
     source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.topic).option("startingOffsets", "earliest"))
@@ -916,7 +1011,7 @@ def child_profile(args) -> int:
     worker = ProfiledWorker(cfg)
     roles.add("coordinator", coordinator.run)
     roles.add("worker", worker.run)
-    watcher = DeltaLogWatcher(args.table)
+    watcher = DeltaLogWatcher(table_log(args.table, args.filer))
     started = time.time()
     ended: list[float] = []
 
@@ -1047,19 +1142,39 @@ def report_txns(label: str, txns: dict) -> list[str]:
 
     def m(key):
         s = txns.get(key)
-        return f"{s['mean']:.2f}/{s['max']:.2f}" if s else "n/a"
+        return f"{s['mean']:.2f}/{s['p50']:.2f}/{s['max']:.2f}" if s else "n/a"
 
-    return [f"  {label} per txn (mean/max s, {txns['count']} txns of {txns['rows']['mean']:,.0f} rows): "
+    return [f"  {label} per txn (mean/p50/max s, {txns['count']} txns of {txns['rows']['mean']:,.0f} rows): "
             f"collect {m('collect_s')}, flush {m('flush_s')}, WRITE-STATUS->ACK {m('commit_s')} (Spark sink.commit "
             f"{m('spark_s')}), paused END->next START {m('paused_s')}: partitions consume nothing "
             f"{_fmt(txns['paused_fraction'], '.0%')} of the time"]
+
+
+def report_requests(label: str, requests: dict | None) -> list[str]:
+    """S3 requests of a phase: per commit over its steady part and over the whole run, and the start-up's."""
+    if not requests:
+        return []
+
+    def line(what: str, x: dict | None) -> str | None:
+        if not x:
+            return None
+        kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(x["by_type"].items()))
+        per = f"{x['per_commit']:,.1f} per commit ({x['commits']} commits), " if x["commits"] else ""
+        failed = f"; {x['failed']:,} answered non-2xx" if x["failed"] else ""
+        return f"    {what}: {per}{x['total']:,} requests: {kinds}{failed}"
+
+    out = [f"  {label} S3 requests (counted by the server; HEAD counts as GET):"]
+    out += [x for x in (line("steady, first commit visible -> last", requests.get("steady")),
+                        line("whole run from ready", requests.get("run")),
+                        line("start-up, process start -> ready", requests.get("startup"))) if x]
+    return out
 
 
 def report(bench: Bench) -> list[str]:
     r, a = bench.results, bench.args
     lines = ["", f"lakesink benchmark: {a.records:,} records (~{bench.produced['bytes'] / a.records:.0f} B values), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
-                 f"spark.master={a.spark_master}",
+                 f"spark.master={a.spark_master}, storage={a.storage}",
              f"  machine: {bench.machine}",
              f"  code: {code_state()}",
              f"  produce: {bench.produced['records'] / bench.produced['seconds']:,.0f} rec/s "
@@ -1091,6 +1206,9 @@ def report(bench: Bench) -> list[str]:
                          f"triggerExecution {shown} s")
     if "lakesink" in r:
         lines += report_txns("lakesink", r["lakesink"].get("txns"))
+        lines += report_requests("lakesink", r["lakesink"].get("s3_requests"))
+    if "sss" in r:
+        lines += report_requests("sss", r["sss"].get("s3_requests"))
     if "latency" in r:
         x = r["latency"]
         lines.append(f"  latency produce -> visible at {x['achieved_rate']:,.0f} rec/s for {x['seconds']} s (first "
@@ -1098,6 +1216,7 @@ def report(bench: Bench) -> list[str]:
                      f"{_fmt(x['p50_ms'], ',.0f')} ms, p90 {_fmt(x['p90_ms'], ',.0f')} ms, p99 {_fmt(x['p99_ms'], ',.0f')} "
                      f"ms, max {_fmt(x['max_ms'], ',.0f')} ms")
         lines += report_txns("latency", x.get("txns"))
+        lines += report_requests("latency", x.get("s3_requests"))
     if "profile" in r:
         lines += report_profile(r["profile"])
         lines += report_txns("profile", r["profile"].get("txns"))
@@ -1111,8 +1230,11 @@ def report(bench: Bench) -> list[str]:
     raw = r.get("raw", {}).get("rps")
     sss = r.get("sss", {}).get("warm_rps")
     ratio = lambda x, y: f"{x / y:.3f}" if x and y else "n/a"  # noqa: E731
+    per_commit = ((r.get("latency") or r.get("lakesink") or {}).get("s3_requests") or {})
+    per_commit = (per_commit.get("steady") or per_commit.get("run") or {}).get("per_commit")
     lines.append(f"lakesink_rps={_fmt(ls, '.0f')} raw_rps={_fmt(raw, '.0f')} sss_rps={_fmt(sss, '.0f')} "
-                 f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)}")
+                 f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)} storage={a.storage}"
+                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else ""))
     return lines
 
 
@@ -1158,6 +1280,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                                      "processingTime trigger")
     p.add_argument("--flush-size", type=int, default=10_000_000, help="lakesink flush.size")
     p.add_argument("--spark-master", default="local[2]")
+    p.add_argument("--storage", choices=["local", "s3"], default="local",
+                   help="where the tables go: a local directory, or a local S3 server (SeaweedFS) the bench starts, "
+                        "whose S3 requests it counts")
     p.add_argument("--sss-trigger", choices=["processingTime", "availableNow"], default="processingTime")
     p.add_argument("--sss-max-offsets", type=int, default=0, help="SSS maxOffsetsPerTrigger (0: unlimited)")
     p.add_argument("--latency-rate", type=int, default=5000, help="records/s in the latency phase")
@@ -1169,7 +1294,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", help="also write every figure to this JSON file")
     # child phases
     p.add_argument("--_phase", dest="child", help=argparse.SUPPRESS)
-    for name in ("topic", "table", "checkpoint", "config", "work"):
+    for name in ("topic", "table", "checkpoint", "config", "work", "s3-endpoint", "filer"):
         p.add_argument(f"--{name}", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.phase_list = [x.strip() for x in args.phases.split(",") if x.strip()]
@@ -1190,7 +1315,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     bench = Bench(args, work)
-    broker = None
+    broker = s3 = None
     try:
         _say(f"machine: {bench.machine}; work directory {work}")
         if args.bootstrap:
@@ -1201,6 +1326,13 @@ def main(argv: list[str] | None = None) -> int:
             _say("starting a Kafka broker ...")
             broker = LocalKafka(work / "kafka", heap="1g").start()
             bench.bootstrap = broker.bootstrap
+        if args.storage == "s3":
+            from bench.s3 import BenchS3, RequestMeter
+
+            _say("starting a local S3 server (SeaweedFS) ...")
+            s3 = BenchS3(work / "s3").start()
+            bench.s3, bench.meter = s3, RequestMeter(s3)
+            _say(f"  S3 on {s3.endpoint}, tables under s3://{s3.bucket}/{S3_PREFIX}/tables")
         bench.topic = f"bench-{uuid.uuid4().hex[:8]}"
         create_topic(bench.bootstrap, bench.topic, args.partitions)
         _say(f"producing {args.records:,} records to {bench.topic} ({args.partitions} partitions) ...")
@@ -1240,6 +1372,8 @@ def main(argv: list[str] | None = None) -> int:
         bench.children.stop_all()
         if broker is not None:
             broker.stop()
+        if s3 is not None:
+            s3.stop()
         if args.keep:
             _say(f"kept {work}")
         else:

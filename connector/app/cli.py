@@ -51,7 +51,7 @@ def _cmd_demo(args) -> int:
     from connector.app import demo
 
     return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker,
-                         verbose=args.verbose)
+                         verbose=args.verbose, s3=args.s3)
 
 
 def _load(args):
@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=20000)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--keep-broker", action="store_true", help="leave the demo broker running afterwards")
+    p.add_argument("--s3", action="store_true", help="write the table to s3://lakesink/demo/ on a local S3 server "
+                                                     "(SeaweedFS) started for the demo and stopped after it")
     p.set_defaults(func=_cmd_demo)
     return parser
 

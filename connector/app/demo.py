@@ -1,4 +1,5 @@
-"""The embedded default: a local broker, a demo topic of sample events, sunk into a local Delta table."""
+"""The embedded default: a local broker, a demo topic of sample events, sunk into a local Delta table (or, with
+`--s3`, into a table on a local S3 server started next to the broker)."""
 from __future__ import annotations
 
 import contextlib
@@ -65,16 +66,25 @@ def _third_party_output_to(path: Path | None) -> Iterator[None]:
 
 
 def run_demo(records: int, partitions: int, keep_broker: bool = False, timeout_s: float = 600,
-             verbose: bool = False) -> int:
-    """The demo; unless `verbose`, the output of Kafka, Spark and the JVM goes to a file under the demo folder."""
+             verbose: bool = False, s3: bool = False) -> int:
+    """The demo; unless `verbose`, the output of Kafka, Spark and the JVM goes to a file under the demo folder.
+    With `s3` the table goes to s3://lakesink/demo/ on a local S3 server (SeaweedFS) started for the demo."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with _third_party_output_to(None if verbose else demo_dir() / f"demo-{stamp}.log"):
-        return _run_demo(records, partitions, keep_broker, timeout_s, stamp)
+        return _run_demo(records, partitions, keep_broker, timeout_s, stamp, s3)
 
 
-def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float, stamp: str) -> int:
+def s3_target(server, stamp: str) -> dict[str, str]:
+    """The keys that put the demo's table under s3://<bucket>/demo/ on `server` (a LocalS3)."""
+    return {"target.base.path": f"s3://{server.bucket}/demo/tables-{stamp}",
+            "s3.endpoint": server.endpoint, "s3.path.style.access.enabled": "true",
+            "aws.access.key.id": server.access_key, "aws.secret.access.key": server.secret_key}
+
+
+def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float, stamp: str, s3: bool) -> int:
     from connector.config import config_from_dict
     from connector.app.service import Roles, install_signal_handlers
+    from connector.storage.local_s3 import LocalS3
     from coordinator.service import CoordinatorService
     from participant.worker import Worker
 
@@ -82,16 +92,22 @@ def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float
     broker = LocalKafka(root / f"kafka-{stamp}")
     print("starting a local Kafka broker (KRaft) from Maven Central jars ...", flush=True)
     broker.start()
+    server = None
     try:
         topic = "demo-events"
         print(f"broker up on {broker.bootstrap}; producing {records} sample events over {partitions} partitions",
               flush=True)
         produce_sample_events(broker.bootstrap, topic, records, partitions)
+        target = {"target.base.path": str(root / f"tables-{stamp}")}
+        if s3:
+            print("starting a local S3 server (SeaweedFS from PyPI) ...", flush=True)
+            server = LocalS3(root / f"s3-{stamp}").start()
+            print(f"S3 up on {server.endpoint} (bucket {server.bucket}, data in {server.data_dir})", flush=True)
+            target = s3_target(server, stamp)
         cfg = config_from_dict({
             "name": "demo", "kafka.bootstrap.servers": broker.bootstrap, "kafka.topic.names": topic,
-            "target.base.path": str(root / f"tables-{stamp}"), "target.table.name": "demo_events",
-            "transaction.interval.ms": "3000", "coordinator.writestatus.timeout.ms": "30000",
-            "partition.field.name": "kind",
+            "target.table.name": "demo_events", "transaction.interval.ms": "3000",
+            "coordinator.writestatus.timeout.ms": "30000", "partition.field.name": "kind", **target,
         })
         coordinator, worker = CoordinatorService(cfg), Worker(cfg)
         roles = Roles()
@@ -103,6 +119,8 @@ def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float
         roles.run()
         return _summarise(coordinator, cfg.table_path, records)
     finally:
+        if server is not None:  # before the broker: the broker stops last, as in the local demo
+            server.stop()
         if keep_broker:
             print(f"broker left running on {broker.bootstrap} (pid {broker.proc.pid if broker.proc else '-'})")
         else:
@@ -124,8 +142,11 @@ def _wait_for_rows(coordinator, records: int, stop, timeout_s: float) -> None:
 def _summarise(coordinator, table_path: str, records: int) -> int:
     from delta.tables import DeltaTable
 
-    spark = coordinator._spark_factory()
-    df = spark.read.format("delta").load(table_path)
+    from connector.storage.store import Location
+
+    spark = coordinator._spark_factory()  # the coordinator's session: it carries the S3A settings of an S3 table
+    location = Location.parse(table_path)
+    df = spark.read.format("delta").load(location.spark_path)
     rows = df.count()
     distinct = df.select("_kafka_partition", "_kafka_offset").distinct().count()
     print(f"\nDelta table {table_path}")
@@ -133,7 +154,7 @@ def _summarise(coordinator, table_path: str, records: int) -> int:
     for c in coordinator.stats.commits:
         print(f"  txn {c.txn} (epoch {c.epoch}): {c.rows} rows, {c.files} files -> table version {c.table_version}")
     df.groupBy("kind").count().orderBy("kind").show()
-    DeltaTable.forPath(spark, table_path).history().select("version", "operation", "userMetadata") \
+    DeltaTable.forPath(spark, location.spark_path).history().select("version", "operation", "userMetadata") \
         .orderBy("version").show(truncate=False)
     ok = rows == records == distinct
     print("exactly once: every produced record is in the table once" if ok else "MISMATCH: see the figures above")

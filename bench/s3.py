@@ -1,0 +1,116 @@
+"""The benchmark's S3 server: the local SeaweedFS of connector/storage/local_s3.py with its Prometheus metrics on,
+the S3 requests it counts, and a way to watch a table's Delta log that is not an S3 request.
+
+Requests are counted by the server itself (`SeaweedFS_s3_request_total{bucket,code,type}`: one per request,
+whatever its answer; HEAD counts as type GET, a multipart upload as POST + PUT per part + POST), so nothing sits
+between lakesink and the store. The benchmark reads the log through SeaweedFS's filer HTTP API instead of S3,
+so its own polling never shows in those counts.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from connector.storage.local_s3 import LocalS3, _port_pair
+
+_REQUESTS = re.compile(r'^SeaweedFS_s3_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+class BenchS3(LocalS3):
+    """A LocalS3 that also serves Prometheus metrics, and whose filer port is known."""
+
+    def __init__(self, data_dir: Path):
+        super().__init__(data_dir)
+        self.metrics_port = _port_pair()
+        self.filer_port: int | None = None
+
+    def _command(self) -> list[str]:
+        args = super()._command()
+        self.filer_port = next(int(a.split("=", 1)[1]) for a in args if a.startswith("-filer.port="))
+        return args + [f"-metricsPort={self.metrics_port}"]
+
+    @property
+    def filer(self) -> str:
+        return f"http://127.0.0.1:{self.filer_port}"
+
+    def requests(self) -> dict[str, int]:
+        """Every S3 request the server has answered so far, by "<type> <code>" (e.g. "PUT 200", "GET 404")."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            m = _REQUESTS.match(line)
+            if m:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+                key = f"{labels.get('type', '?')} {labels.get('code', '?')}"
+                out[key] = out.get(key, 0) + int(float(m["value"]))
+        return out
+
+
+class RequestMeter:
+    """Snapshots of the server's request counts taken as the benchmark polls; the requests between two moments
+    are read off afterwards."""
+
+    def __init__(self, server: BenchS3):
+        self.server = server
+        self.samples: list[tuple[float, dict[str, int]]] = []
+
+    def sample(self) -> None:
+        self.samples.append((time.time(), self.server.requests()))
+
+    def at(self, moment: float) -> dict[str, int]:
+        """The counts of the last sample taken at or before `moment` (the first sample if none was)."""
+        before = [counts for t, counts in self.samples if t <= moment]
+        return before[-1] if before else self.samples[0][1]
+
+    def between(self, start: float, end: float) -> dict[str, int]:
+        a, b = self.at(start), self.at(end)
+        return {k: b[k] - a.get(k, 0) for k in sorted(b) if b[k] - a.get(k, 0)}
+
+
+def summarise(requests: dict[str, int], commits: int) -> dict:
+    """Totals by request type, and per commit."""
+    by_type: dict[str, int] = {}
+    for key, n in requests.items():
+        kind = key.split()[0]
+        by_type[kind] = by_type.get(kind, 0) + n
+    total = sum(requests.values())
+    return {"total": total, "by_type": by_type, "by_type_and_code": requests,
+            "failed": sum(n for key, n in requests.items() if not key.split()[1].startswith("2")),
+            "commits": commits, "per_commit": total / commits if commits else None,
+            "per_commit_by_type": {k: v / commits for k, v in by_type.items()} if commits else None}
+
+
+class FilerLog:
+    """The files of a table under s3://<bucket>/<key> read through the filer (not S3). A file's visible time is
+    when its bytes reached the volume server (the newest chunk's modified_ts_ns, a few ms before the PUT that
+    wrote it returned), or when this reader first saw it if it has no chunks."""
+
+    def __init__(self, filer: str, bucket: str, key: str):
+        self.base = f"{filer}/buckets/{bucket}/{key}"
+
+    def _get(self, relative: str, query: str = "") -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"{self.base}/{relative}{query}", timeout=30) as response:
+                return response.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def read(self, relative: str) -> tuple[float, bytes] | None:
+        """(visible time, bytes) of the file, None when it does not exist."""
+        seen = time.time()
+        meta = self._get(relative, "?metadata=true")
+        if meta is None:
+            return None
+        chunks = json.loads(meta).get("chunks") or []
+        stamps = [c["modified_ts_ns"] for c in chunks if c.get("modified_ts_ns")]
+        data = self._get(relative)
+        if data is None:
+            return None
+        return (max(stamps) / 1e9 if stamps else seen), data
