@@ -102,10 +102,10 @@ def test_idle_partition_does_not_stall_commits(kafka_bootstrap, make_topic, tmp_
     assert audit(_table(tmp_path), expected)["rows"] == 3300
 
 
-def test_coordinator_and_two_workers_survive_a_worker_kill(kafka_bootstrap, make_topic, tmp_path, storage):
+def test_coordinator_and_two_workers_survive_a_worker_kill(kafka_bootstrap, make_topic, tmp_path):
+    """(On S3: test_s3_storage.py runs a coordinator and two workers in private directories.)"""
     topic = make_topic(partitions=4)
-    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=storage,
-                             **{"coordinator.writestatus.timeout.ms": 10000})
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"coordinator.writestatus.timeout.ms": 10000})
     produced = produce_json(kafka_bootstrap, topic, 40_000, partitions=4)
     expected = _expected(topic, produced)
     table = table_store(config)
@@ -121,9 +121,10 @@ def test_coordinator_and_two_workers_survive_a_worker_kill(kafka_bootstrap, make
     assert audit(table, expected) == {"rows": 60_000, "missing": 0, "duplicated": 0, "unexpected": 0}
 
 
-def test_coordinator_killed_after_delta_commit_before_ack(kafka_bootstrap, make_topic, tmp_path, storage):
+def test_coordinator_killed_after_delta_commit_before_ack(kafka_bootstrap, make_topic, tmp_path):
+    """(On S3: the chaos test of every coordinator step, tests/chaos/test_protocol_steps.py.)"""
     topic = make_topic(partitions=2)
-    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=storage)
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic)
     produced = produce_json(kafka_bootstrap, topic, 10_000, partitions=2)
     expected = _expected(topic, produced)
     table = table_store(config)
