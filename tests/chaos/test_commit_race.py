@@ -29,7 +29,7 @@ _LOG_FILE = re.compile(r"/_delta_log/(\d{20})\.json$")
 
 
 def test_two_coordinators_racing_for_100_versions_lose_and_duplicate_nothing(kafka_bootstrap, make_topic, tmp_path,
-                                                                             cluster_of, s3_server, report):
+                                                                             cluster_of, s3_server, spark, report):
     default_store = os.environ.get("LAKESINK_RACE_LOG_STORE") == "default"
     topic = make_topic(partitions=2)
     with S3Proxy(s3_server.endpoint, put_delay_s=LOG_PUT_DELAY_S, delay_path_pattern=_LOG_FILE.pattern) as proxy:
@@ -39,6 +39,13 @@ def test_two_coordinators_racing_for_100_versions_lose_and_duplicate_nothing(kaf
             extra["spark.delta.logStore.s3a.impl"] = "io.delta.storage.S3SingleDriverLogStore"
         config = chaos_config(tmp_path, kafka_bootstrap, topic, s3=s3_server, **extra)
         c = cluster_of(config)
+        # the table exists before the race, without checkpoints every 10 versions (each costs seconds on S3 and
+        # is not what this test races)
+        for key, value in {**c.table.s3.hadoop_conf(), "fs.s3a.endpoint": s3_server.endpoint}.items():
+            spark.sparkContext._jsc.hadoopConfiguration().set(key, value)  # straight to the server, not the proxy
+        spark.sql(f"CREATE TABLE delta.`{c.table.root.spark_path}` (id BIGINT, user STRING, amount DOUBLE, "
+                  f"_kafka_topic STRING, _kafka_partition INT, _kafka_offset BIGINT, _kafka_timestamp TIMESTAMP, "
+                  f"_kafka_key BINARY) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '1000')")
         stream = c.stream(kafka_bootstrap, topic, partitions=2, rate=100)
         worker = c.start("worker")
         coordinators = [c.start("coordinator")]

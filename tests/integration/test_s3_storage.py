@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -67,10 +69,18 @@ def test_workers_and_coordinator_share_no_path_only_kafka_and_s3(kafka_bootstrap
         wait_until(drained, DRAIN_S, "30k records exactly once from two workers on S3", interval_s=2)
         report(f"no shared path (S3 table, 2 workers + coordinator in private directories): 30k records over 4 "
                f"partitions exactly once {time.monotonic() - started:.1f} s after start")
+        status = subprocess.run([sys.executable, "-m", "connector", "status", "--config", str(base)],
+                                capture_output=True, text=True, timeout=120)
+        verify = subprocess.run([sys.executable, "-m", "connector", "verify", "--config", str(base)],
+                                capture_output=True, text=True, timeout=120)
     finally:
         for p in procs:
             p.__exit__(None, None, None)
     assert audit(table, expected) == {"rows": 30_000, "missing": 0, "duplicated": 0, "unexpected": 0}
+    assert status.returncode == 0 and "Delta version" in status.stdout and "total lag  0" in status.stdout, \
+        status.stdout + status.stderr
+    assert verify.returncode == 0 and "duplicated=0" in verify.stdout and "missing=0" in verify.stdout, \
+        verify.stdout + verify.stderr
     local_data = [str(p) for p in tmp_path.rglob("*.parquet")]
     assert local_data == [], f"data files on the local disk: {local_data}"
     logs = {p.name: p.read_text() for p in tmp_path.glob("machine-*/worker.log")}
@@ -128,8 +138,6 @@ def test_a_store_lakesink_cannot_use_stops_start_up_with_one_line_and_nothing_wr
     """`lakesink run` against a store that fails one of the start-up checks exits non-zero with one line saying
     which, and writes nothing to the store (no table, no manifest, no data file)."""
     import socket
-    import subprocess
-    import sys
 
     from tests.s3proxy import S3Proxy
 
