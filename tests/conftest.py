@@ -28,8 +28,20 @@ def s3_server(tmp_path_factory):
     """The LocalS3 (SeaweedFS) of this session, with its bucket."""
     from connector.storage.local_s3 import LocalS3
 
+    from botocore.exceptions import ClientError
+
     server = LocalS3(tmp_path_factory.mktemp("s3"))
     server.start()
+    # Every commit on S3 rests on the store refusing a second `If-None-Match: *` put of one key: a server that
+    # stops honouring it fails every test that uses it here, before any of them can pass on a store that only
+    # seems safe.
+    client, key = server.client(), "_lakesink-suite/conditional-probe"
+    client.put_object(Bucket=server.bucket, Key=key, Body=b"first", IfNoneMatch="*")
+    with pytest.raises(ClientError) as refused:
+        client.put_object(Bucket=server.bucket, Key=key, Body=b"second", IfNoneMatch="*")
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412, refused.value.response
+    assert client.get_object(Bucket=server.bucket, Key=key)["Body"].read() == b"first"
+    client.delete_object(Bucket=server.bucket, Key=key)
     yield server
     server.stop()
 
