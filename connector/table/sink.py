@@ -118,6 +118,7 @@ class DeltaTableSink:
     last_profile: TableProfile | None = None  # as the last commit (or check_supported) read it
     store: Store | None = None  # where the table lives (default: table_path with the AWS defaults for S3)
     _spark_ready: bool = False
+    _table: object | None = field(default=None, repr=False)  # the deltalake.DeltaTable _delta keeps up to date
 
     def __post_init__(self) -> None:
         if self.store is None:
@@ -135,7 +136,16 @@ class DeltaTableSink:
         return f"{self.store.root.delta_uri}/{self.manifests_prefix}"
 
     def _delta(self):
-        return self.store.delta_table()
+        """The table's newest snapshot: loaded once, then brought up to date by reading only the log versions
+        added since (a full load lists and reads the log since the last checkpoint, on S3 one request per file)."""
+        if self._table is not None:
+            try:
+                self._table.update_incremental()
+                return self._table
+            except Exception as exc:  # noqa: BLE001 - replaced or cleaned up under us: load it afresh
+                log.debug("reloading %s after an incremental update failed: %s", self.table_path, exc)
+        self._table = self.store.delta_table()
+        return self._table
 
     def delta(self):
         """The table through delta-rs (one snapshot), None when it does not exist."""
@@ -407,6 +417,10 @@ class DeltaTableSink:
         return None
 
     def _read_table(self, _path: str, version: int):
+        """The table at `version` for the commit's txn read: the snapshot _append has just brought up to date,
+        unless the log moved on in between."""
+        if self._table is not None and self._table.version() == version:
+            return self._table
         return self.store.delta_table(version=version)
 
     def _conform(self, f: StagedFile, schema: pa.Schema, partition_by: tuple[str, ...]) -> StagedFile:
