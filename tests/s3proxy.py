@@ -264,7 +264,10 @@ class S3Proxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
-                return
+                if self._closing.is_set():
+                    return
+                time.sleep(0.05)  # a transient failure (a connection reset before it was accepted): go on
+                continue
             thread = threading.Thread(target=self._serve, args=(client,), name="s3proxy-conn", daemon=True)
             with self._lock:
                 self._sockets.add(client)
