@@ -9,7 +9,6 @@ files are not part of the table until the coordinator commits them; a discarded 
 """
 from __future__ import annotations
 
-import logging
 import uuid
 
 import pyarrow as pa
@@ -26,8 +25,6 @@ from connector.table.datafiles import (
     stats_json,
     write_parquet,
 )
-
-log = logging.getLogger(__name__)
 
 CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
 
@@ -125,11 +122,7 @@ class FileGroupWriter:
         self._state = "discarded"
         self._buffer.clear()
         self._buffered_rows = self._buffered_bytes = 0
-        for written in self._files:
-            try:
-                self.store.delete(written.path)
-            except OSError as exc:
-                log.warning("could not delete %s of a discarded txn (the sweep will): %s", written.path, exc)
+        self.store.delete_unreferenced([f.path for f in self._files], "a discarded txn's")
         self._files.clear()
 
     def _require_open(self, action: str) -> None:

@@ -9,6 +9,7 @@ one operation that file system lacks: put-if-absent, a hard link on a local disk
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import urllib.parse
 import uuid
@@ -22,6 +23,8 @@ from connector.errors import SetupError
 
 if TYPE_CHECKING:
     from connector.config import LakesinkConfig
+
+log = logging.getLogger(__name__)
 
 DEFAULT_REGION = "us-east-1"
 S3_SCHEMES = ("s3", "s3a")
@@ -151,10 +154,6 @@ class Location:
     def arrow_path(self) -> str:
         return f"{self.bucket}/{self.key}" if self.is_s3 else self.key
 
-    def child(self, relative: str) -> "Location":
-        return Location(self.bucket, f"{self.key}/{relative}".strip("/") if self.is_s3 else
-                        str(Path(self.key) / relative))
-
 
 class Store:
     """Files under one root (a table's location), by paths relative to it ('/'-separated)."""
@@ -220,9 +219,6 @@ class Store:
         """A listed file's path relative to the root."""
         return info_path[len(self.root.arrow_path):].lstrip("/")
 
-    def info(self, relative: str) -> pafs.FileInfo:
-        return self.fs.get_file_info(self.path(relative))
-
     # --- writes ---------------------------------------------------------------------------------------------
 
     def open_output(self, relative: str):
@@ -240,6 +236,15 @@ class Store:
         except OSError as exc:
             if not _not_found(exc):
                 raise
+
+    def delete_unreferenced(self, relatives: list[str], why: str) -> None:
+        """Delete files no table version references (their names are known); one that cannot be deleted now is
+        logged and left to the sweep of unreferenced files (connector/table/sweep.py)."""
+        for relative in relatives:
+            try:
+                self.delete(relative)
+            except OSError as exc:
+                log.warning("could not delete %s (%s; the sweep will): %s", relative, why, exc)
 
     def put_if_absent(self, relative: str, data: bytes) -> bool:
         """Write `data` under `relative` unless something is there: True when this call wrote it, False when the

@@ -386,7 +386,7 @@ class DeltaTableSink:
             if profile is not None and not profile.fast_path:
                 result = self._append_with_delta_writer(spark, version, files, schema, table_schema, profile,
                                                         user_metadata)
-                self.delete_files([f.path for f, _ in files], "rewritten by Delta's writer")
+                self.store.delete_unreferenced([f.path for f, _ in files], "rewritten by Delta's writer")
                 return result
             partition_by = profile.partition_columns if profile is not None else self.partition_by
             whole = next((f.path for f, _ in files if f.partition_values is None
@@ -396,7 +396,7 @@ class DeltaTableSink:
                 log.info("%s: appending txn version %d with a Spark job",
                          unsupported or f"data file {whole} is not split by the partition columns", version)
                 self._append_with_spark(spark, version, files, schema, partition_by, expect_new_table, user_metadata)
-                self.delete_files([f.path for f, _ in files], "rewritten by Spark")
+                self.store.delete_unreferenced([f.path for f, _ in files], "rewritten by Spark")
                 return None
             conformed = []
             for f, file_schema in files:
@@ -413,7 +413,7 @@ class DeltaTableSink:
         except Exception as exc:  # noqa: BLE001 - py4j raises the JVM's errors
             self._raise_if_created_by_another(exc, expect_new_table)
             raise
-        self.delete_files(replaced, "replaced by a conformed copy")
+        self.store.delete_unreferenced(replaced, "replaced by a conformed copy")
         return None
 
     def _read_table(self, _path: str, version: int):
@@ -435,15 +435,6 @@ class DeltaTableSink:
         log.debug("data file %s conformed to the table's schema as %s", f.path, path)
         size, modified_ms, stats = write_parquet(self.store, path, table)
         return replace(f, path=path, bytes=size, modified_ms=modified_ms, stats=stats_json(stats))
-
-    def delete_files(self, paths: list[str], why: str) -> None:
-        """Delete data files no table version references (their names are known); one that cannot be deleted now
-        is left to the sweep."""
-        for path in paths:
-            try:
-                self.store.delete(path)
-            except OSError as exc:
-                log.warning("could not delete %s (%s; the sweep will): %s", path, why, exc)
 
     def _spark_frame(self, spark, files: list[tuple[StagedFile, pa.Schema | None]], schema: pa.Schema):
         """The rows of the data files as one DataFrame with `schema`: whole files as they are, files split by
