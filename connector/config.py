@@ -25,8 +25,14 @@ OffsetResetPolicy = Literal["fail", "earliest", "latest"]
 Codec = Literal["snappy", "zstd", "gzip", "lz4", "none"]
 Converter = Literal["json", "string", "bytes"]
 Tolerance = Literal["none", "all"]
+WriteMode = Literal["append", "upsert", "dedup"]
+DeleteMode = Literal["hard", "soft"]
+Envelope = Literal["none", "debezium"]
 LogFormat = Literal["text", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
+
+EVENT_ORDER_FIELDS = ("ts_ms", "source.ts_ms", "source.lsn")
+"""upsert.order.field values that name a field of a Debezium event rather than of the row."""
 
 REDACTED = "******"
 PASS_THROUGH = {"consumer.": "consumer_overrides", "producer.": "producer_overrides", "spark.": "spark_conf"}
@@ -352,6 +358,45 @@ class LakesinkConfig(BaseModel):
         ),
     ] = False
 
+    write_mode: Annotated[
+        WriteMode,
+        Key(
+            _choice(get_args(WriteMode)),
+            "`append`: every record becomes a row; `upsert`: rows are matched on `record.key.fields` (a Delta MERGE "
+            "per transaction), matched rows updated, new keys inserted; `dedup`: only rows whose key is not in the "
+            "table yet are inserted.",
+        ),
+    ] = "append"
+    record_key_fields: Annotated[
+        tuple[str, ...],
+        Key(FIELDS, "Comma-separated value fields that identify a row in `upsert` and `dedup` mode; empty: the "
+                    "fields of the Kafka key, which must then be a JSON object."),
+    ] = ()
+    delete_enabled: Annotated[
+        bool,
+        Key(BOOL, "In `upsert` mode, a tombstone (null value) or a Debezium delete (`op=d`) deletes its key's row; "
+                  "when false such a record is a record error."),
+    ] = False
+    delete_mode: Annotated[
+        DeleteMode,
+        Key(_choice(get_args(DeleteMode)), "`hard` removes a deleted row; `soft` keeps it with `_deleted=true` and "
+                                           "the delete's record time in `_deleted_at`."),
+    ] = "hard"
+    value_envelope: Annotated[
+        Envelope,
+        Key(_choice(get_args(Envelope)), "`debezium`: values are Debezium change events (with or without the JSON "
+                                         "converter's `schema`/`payload` wrapper), unwrapped to the row they "
+                                         "describe; with `connect.meta.data=true` the op and source position become "
+                                         "`_cdc_*` columns."),
+    ] = "none"
+    upsert_order_field: Annotated[
+        str | None,
+        Key(OPTIONAL_TEXT, "Which of several changes to one key wins, and whether a change may overwrite the row in "
+                           "the table: empty: Kafka offset order; a value field; with `value.envelope=debezium` "
+                           "also `ts_ms`, `source.ts_ms` or `source.lsn`. A change ordered before the table's row "
+                           "never overwrites it."),
+    ] = None
+
     metrics_port: Annotated[int, Key(PORT, "Port of the HTTP server for `/metrics` and `/health`; 0 disables it.")] = 0
     metrics_host: Annotated[
         str, Key(TEXT, "Address the `/metrics` and `/health` server binds to; `0.0.0.0` to be scraped from outside.")
@@ -481,6 +526,19 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
     if (values.get("aws_access_key_id") is None) != (values.get("aws_secret_access_key") is None):
         problems.append("aws.access.key.id and aws.secret.access.key: set both, or neither to use the standard AWS "
                         "credential chain")
+    mode = values.get("write_mode", "append")
+    if values.get("delete_enabled") and mode != "upsert":
+        problems.append(f"delete.enabled=true needs write.mode=upsert (write.mode is {mode})")
+    if values.get("value_envelope") == "debezium" and values.get("value_converter", "json") != "json":
+        problems.append("value.envelope=debezium needs value.converter=json")
+    order = values.get("upsert_order_field")
+    if order in EVENT_ORDER_FIELDS:
+        if values.get("value_envelope") != "debezium":
+            problems.append(f"upsert.order.field={order} is a field of a Debezium event: set value.envelope=debezium,"
+                            f" or name a value field")
+        elif not values.get("connect_meta_data", True):
+            problems.append(f"upsert.order.field={order} needs connect.meta.data=true: the table keeps it in a "
+                            f"_cdc_* column to order later changes against")
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
     return problems
