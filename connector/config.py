@@ -531,6 +531,8 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
         problems.append(f"delete.enabled=true needs write.mode=upsert (write.mode is {mode})")
     if values.get("value_envelope") == "debezium" and values.get("value_converter", "json") != "json":
         problems.append("value.envelope=debezium needs value.converter=json")
+    if mode != "append" and values.get("value_converter", "json") != "json":
+        problems.append(f"write.mode={mode} needs value.converter=json: keys are fields of JSON objects")
     order = values.get("upsert_order_field")
     if order in EVENT_ORDER_FIELDS:
         if values.get("value_envelope") != "debezium":

@@ -55,3 +55,40 @@ class UpsertSpec:
         if self.order_field is None:
             return None
         return EVENT_ORDER_COLUMNS.get(self.order_field, self.order_field)
+
+    @property
+    def unwraps(self) -> bool:
+        """Records go through the per-record unwrap (keys, deletes, envelopes) instead of the batch JSON path."""
+        return self.keyed or self.envelope == "debezium"
+
+    @property
+    def stages_coordinates(self) -> bool:
+        """Every staged row carries `_kafka_partition` and `_kafka_offset` (keyed modes: the coordinator collapses
+        a transaction's changes per key in that order), whatever `connect.meta.data` says."""
+        return self.keyed
+
+    @property
+    def cdc_columns(self) -> bool:
+        """Debezium events with `connect.meta.data=true`: their op and source position become `_cdc_*` columns."""
+        return self.envelope == "debezium" and self.meta
+
+
+def reserved_columns(spec: UpsertSpec) -> frozenset[str]:
+    """Names a value field may not have, since lakesink stages or writes a column of that name (the `_kafka_*`
+    prefix apart): `DELETE_MARKER` in keyed modes, the `_cdc_*` columns, the soft-delete columns."""
+    names: set[str] = set()
+    if spec.keyed:
+        names.add(DELETE_MARKER)
+    if spec.cdc_columns:
+        names.update(CDC_COLUMNS)
+    if spec.soft_delete:
+        names.update((SOFT_DELETED, SOFT_DELETED_AT))
+    return frozenset(names)
+
+
+def connect_payload(value: object) -> object:
+    """A JSON value without the JSON converter's `{"schema": ..., "payload": ...}` wrapper (`schemas.enable=true`);
+    any other value as it is."""
+    if type(value) is dict and len(value) == 2 and "schema" in value and "payload" in value:
+        return value["payload"]
+    return value

@@ -26,7 +26,17 @@ import pyarrow.json as pj
 
 from connector.errors import ConfigError, LakesinkError
 from connector.schema.algebra import IncompatibleSchemas, conform, is_list
-from connector.schema.columns import META_FIELDS, META_PREFIX
+from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
+from connector.upsert import (
+    CDC_OP,
+    CDC_SOURCE_LSN,
+    CDC_SOURCE_TS_MS,
+    CDC_TS_MS,
+    DELETE_MARKER,
+    UpsertSpec,
+    connect_payload,
+    reserved_columns,
+)
 
 CONVERTERS = ("json", "string", "bytes")
 
@@ -39,6 +49,12 @@ NOT_AN_OBJECT = "NotAnObject"
 RESERVED_FIELD = "ReservedField"
 NEW_FIELD = "NewField"
 TYPE_MISMATCH = "TypeMismatch"
+MISSING_KEY = "MissingKey"
+DELETE_NOT_ENABLED = "DeleteNotEnabled"
+UNSUPPORTED_OPERATION = "UnsupportedOperation"
+
+_UPSERT_OPS = ("c", "u", "r")
+"""Debezium ops whose `after` is the row: create, update, and a snapshot read (an insert)."""
 
 _Check = Callable[[Any], "tuple[str, list[str], Any] | None"]
 
@@ -144,15 +160,24 @@ class Converter:
         connect_meta_data: bool = True,
         max_record_bytes: int = 1 << 20,
         allow_new_fields: bool = False,
+        upsert: UpsertSpec | None = None,
     ):
         if value_converter not in CONVERTERS:
             raise ConfigError(f"value.converter: expected one of {', '.join(CONVERTERS)}, got {value_converter!r}")
         if max_record_bytes <= 0:
             raise ConfigError(f"max.record.bytes: expected a positive integer, got {max_record_bytes}")
+        upsert = upsert or UpsertSpec(meta=connect_meta_data)
+        if upsert.unwraps and value_converter != "json":
+            raise ConfigError(f"write.mode={upsert.mode} with value.envelope={upsert.envelope} needs "
+                              f"value.converter=json (it is {value_converter})")
         self.value_converter = value_converter
         self.connect_meta_data = connect_meta_data
         self.max_record_bytes = max_record_bytes
         self.allow_new_fields = allow_new_fields
+        self.upsert = upsert
+        self._reserved = reserved_columns(upsert)
+        self._reserves_meta_prefix = connect_meta_data or upsert.stages_coordinates
+        self._kafka_key_fields: tuple[str, ...] | None = None
         self._schema: pa.Schema | None = None
         self._from_table = False
         self._parse_cache: tuple[pa.Schema, pa.Schema] | None = None
@@ -166,10 +191,21 @@ class Converter:
         if schema is None:
             self._schema, self._from_table = None, False
             return
-        if self.connect_meta_data:
-            schema = pa.schema([f for f in schema if not f.name.startswith(META_PREFIX)], metadata=schema.metadata)
+        # the columns lakesink adds after the conversion are no fields a record may bring
+        schema = pa.schema([f for f in schema if not self._reserved_name(f.name)], metadata=schema.metadata)
         _parse_schema(schema, omit_null=False)  # raises for columns JSON cannot fill
         self._schema, self._from_table = schema, True
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """The key columns of the rows in write.mode=upsert|dedup: record.key.fields, or the fields of the Kafka
+        keys seen so far (() before the first); () in append mode."""
+        if not self.upsert.keyed:
+            return ()
+        return self.upsert.key_fields or self._kafka_key_fields or ()
+
+    def _reserved_name(self, name: str) -> bool:
+        return name in self._reserved or (self._reserves_meta_prefix and name.startswith(META_PREFIX))
 
     @property
     def schema(self) -> pa.Schema | None:
@@ -239,8 +275,11 @@ class Converter:
         bytes_in = pc.sum(value_lengths).as_py() or 0
         rejected: dict[int, tuple[str, str]] = {}
         if value_array.null_count:
+            why = "the value is null (a tombstone); a row needs a value"
+            if self.upsert.mode == "upsert":
+                why += ": set delete.enabled=true to have a tombstone delete its key's row"
             for i in _true_indices(value_array.is_null()):
-                rejected[i] = (NULL_VALUE, "the value is null (a tombstone); a row needs a value")
+                rejected[i] = (NULL_VALUE, why)
         sizes = pc.add(value_lengths, pc.binary_length(key_array).fill_null(0))
         if pc.max(sizes).as_py() > self.max_record_bytes:
             for i in _true_indices(pc.greater(sizes, self.max_record_bytes)):
@@ -251,7 +290,11 @@ class Converter:
                     f"above max.record.bytes={self.max_record_bytes}",
                 )
 
-        if self.value_converter == "json":
+        changes: list[_Change | None] | None = None
+        if self.upsert.unwraps:
+            lines, changes = self._unwrap(keys, values, rejected)
+            data, kept = self._json(lines, pa.array(lines, pa.binary()), rejected)
+        elif self.value_converter == "json":
             data, kept = self._json(values, value_array, rejected)
         else:
             data, kept = self._plain(values, value_array, rejected)
@@ -260,8 +303,12 @@ class Converter:
             RecordFailure(topic, partition, offsets[i], timestamps[i], keys[i], values[i], headers_of(i), *rejected[i])
             for i in sorted(rejected)
         ]
+        if data is not None and changes is not None:
+            data = self._with_changes(data, changes, kept)
         if data is not None and self.connect_meta_data:
             data = _with_meta(data, topic, partition, offsets, timestamps, key_array, kept)
+        elif data is not None and self.upsert.stages_coordinates:
+            data = _with_coordinates(data, partition, offsets, timestamps, kept, self.upsert.soft_delete)
         rows = 0 if data is None else data.num_rows
         if rows + len(failures) != n:
             raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
@@ -283,6 +330,148 @@ class Converter:
         if self.value_converter == "string":
             column = column.cast(pa.string())
         return (pa.table({"value": column}) if len(column) else None), kept
+
+    # --- keys, deletes and change events (write.mode=upsert|dedup, value.envelope=debezium) ---
+
+    def _unwrap(
+        self, keys: list[bytes | None], values: list[bytes | None], rejected: dict[int, tuple[str, str]]
+    ) -> tuple[list[bytes | None], list[_Change | None]]:
+        """Each record as the JSON line of the row it stages (its key columns in) and what else its row gets; a
+        record that stages no row goes into `rejected` and has None for both."""
+        n = len(values)
+        lines: list[bytes | None] = [None] * n
+        changes: list[_Change | None] = [None] * n
+        tombstones_delete = self.upsert.delete_enabled
+        for i in range(n):
+            problem = rejected.get(i)
+            if problem is not None and not (tombstones_delete and problem[0] == NULL_VALUE):
+                continue
+            try:
+                row, change = self._change(keys[i], values[i])
+            except _Rejected as rejection:
+                rejected[i] = (rejection.error_class, rejection.message)
+                continue
+            rejected.pop(i, None)
+            lines[i] = json.dumps(row, separators=(",", ":")).encode()
+            changes[i] = change
+        return lines, changes
+
+    def _change(self, key: bytes | None, value: bytes | None) -> tuple[dict[str, Any], _Change]:
+        """The row a record stages and its change; raises _Rejected."""
+        spec = self.upsert
+        if value is None:  # a tombstone, here only with deletes on
+            row, change = {}, _DELETE
+        else:
+            record = _json_value(value)
+            if type(record) is not dict:
+                raise _Rejected(NOT_AN_OBJECT, f"the value is a JSON {_kind(record)}, not an object")
+            if spec.envelope == "debezium":
+                row, change = self._debezium(connect_payload(record))
+            else:
+                row, change = record, _UPSERT
+        for name in row:
+            if self._reserved_name(name):
+                raise _Rejected(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
+                                                f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
+        if spec.keyed:
+            self._add_key(row, key, change.delete)
+        return row, change
+
+    def _debezium(self, event: Any) -> tuple[dict[str, Any], _Change]:
+        """The row of a Debezium change event (the payload, without the JSON converter's wrapper)."""
+        spec = self.upsert
+        if event is None:  # {"schema": ..., "payload": null}: a tombstone
+            if not spec.delete_enabled:
+                raise _Rejected(NULL_VALUE, "the event's payload is null (a tombstone); a row needs a value")
+            return {}, _DELETE
+        if type(event) is not dict:
+            raise _Rejected(NOT_AN_OBJECT, f"the event's payload is a JSON {_kind(event)}, not an object")
+        op = event.get("op")
+        if op in _UPSERT_OPS:
+            row = event.get("after")
+            if type(row) is not dict:
+                raise _Rejected(NOT_AN_OBJECT, f"the 'after' of a Debezium op={op} event is a JSON {_kind(row)}, "
+                                               f"not an object")
+            delete = False
+        elif op == "d":
+            if not spec.delete_enabled:
+                raise _Rejected(DELETE_NOT_ENABLED, "a Debezium delete (op=d): set delete.enabled=true (with "
+                                                    "write.mode=upsert) to delete its key's row")
+            before = event.get("before")
+            row, delete = (dict(before) if type(before) is dict else {}), True
+        elif "op" not in event:
+            raise _Rejected(UNSUPPORTED_OPERATION, "the value has no 'op' field, so it is no Debezium change event: "
+                                                   "set value.envelope=none for plain rows")
+        else:
+            raise _Rejected(UNSUPPORTED_OPERATION, f"Debezium op={_show(op)} changes no row (lakesink applies c, u, "
+                                                   f"r and d): filter such events out upstream")
+        if not spec.cdc_columns:
+            return row, _DELETE if delete else _UPSERT
+        source = event.get("source")
+        source = source if type(source) is dict else {}
+        return row, _Change(delete, op, _event_int(event, "ts_ms", "ts_ms", CDC_TS_MS),
+                            _event_int(source, "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS),
+                            _event_int(source, "lsn", "source.lsn", CDC_SOURCE_LSN))
+
+    def _add_key(self, row: dict[str, Any], key: bytes | None, delete: bool) -> None:
+        """Write the record's key into its row: from record.key.fields of the value (of the Kafka key for what a
+        delete's value lacks), or from the Kafka key object. Raises _Rejected(MISSING_KEY) for a key not whole."""
+        names = self.upsert.key_fields
+        if names:
+            missing = [name for name in names if row.get(name) is None]
+            if missing and delete:
+                key_object = self._key_object(key)
+                for name in missing:
+                    if key_object.get(name) is not None:
+                        row[name] = key_object[name]
+                missing = [name for name in missing if row.get(name) is None]
+            if missing:
+                where = "the value or the Kafka key" if delete else "the value"
+                raise _Rejected(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in "
+                                             f"{where}; a row needs its whole key")
+            return
+        key_object = self._key_object(key)
+        held = self._kafka_key_fields or tuple(key_object)
+        if not key_object:
+            raise _Rejected(MISSING_KEY, "the Kafka key is an empty JSON object; a row needs a key (or set "
+                                         "record.key.fields to take it from the value)")
+        if set(key_object) != set(held):
+            raise _Rejected(MISSING_KEY, f"the Kafka key has the fields {', '.join(key_object)}, but earlier keys "
+                                         f"have {', '.join(held)}: every key needs the same fields")
+        for name in held:
+            if key_object[name] is None:
+                raise _Rejected(MISSING_KEY, f"key field '{name}' of the Kafka key is null; a row needs its whole key")
+            row[name] = key_object[name]
+        self._kafka_key_fields = held
+
+    @staticmethod
+    def _key_object(key: bytes | None) -> dict[str, Any]:
+        hint = "record.key.fields is empty, so the key's fields are the row's key"
+        if key is None:
+            raise _Rejected(MISSING_KEY, f"the record has no Kafka key; {hint} (or set record.key.fields to take it "
+                                         "from the value)")
+        try:
+            parsed = connect_payload(json.loads(key.decode("utf-8")))
+        except ValueError as error:  # UnicodeDecodeError included
+            raise _Rejected(MISSING_KEY, f"the Kafka key is not JSON ({error}); {hint}") from None
+        if type(parsed) is not dict:
+            raise _Rejected(MISSING_KEY, f"the Kafka key is a JSON {_kind(parsed)}, not an object; {hint}")
+        return parsed
+
+    def _with_changes(self, data: pa.Table, changes: list[_Change | None], kept: list[int] | None) -> pa.Table:
+        """The staged columns of the rows' changes: `_cdc_*` (debezium with meta data), DELETE_MARKER (deletes on)."""
+        picked = [changes[i] for i in (range(len(changes)) if kept is None else kept)]
+        if self.upsert.cdc_columns:
+            data = data.append_column(pa.field(CDC_OP, pa.string()), pa.array([c.op for c in picked], pa.string()))
+            for name, values in ((CDC_TS_MS, [c.ts_ms for c in picked]),
+                                 (CDC_SOURCE_TS_MS, [c.source_ts_ms for c in picked]),
+                                 (CDC_SOURCE_LSN, [c.source_lsn for c in picked])):
+                if name != CDC_SOURCE_LSN or any(v is not None for v in values):  # lsn: only where events carry it
+                    data = data.append_column(pa.field(name, pa.int64()), pa.array(values, pa.int64()))
+        if self.upsert.delete_enabled:
+            data = data.append_column(pa.field(DELETE_MARKER, pa.bool_()),
+                                      pa.array([c.delete for c in picked], pa.bool_()))
+        return data
 
     # --- JSON ---
 
@@ -499,6 +688,65 @@ def _pieces(lines: list[bytes], index: list[int]) -> list[tuple[list[bytes], lis
         size += length + 1
     pieces.append((lines[start:], index[start:]))
     return pieces
+
+
+@dataclass(frozen=True)
+class _Change:
+    """What a staged row says besides its data: whether it deletes its key, and a Debezium event's op and position."""
+
+    delete: bool
+    op: str | None = None
+    ts_ms: int | None = None
+    source_ts_ms: int | None = None
+    source_lsn: int | None = None
+
+
+_UPSERT = _Change(False)
+_DELETE = _Change(True)
+
+
+class _Rejected(Exception):
+    """A record that stages no row (internal: becomes a RecordFailure)."""
+
+    def __init__(self, error_class: str, message: str):
+        super().__init__(message)
+        self.error_class, self.message = error_class, message
+
+
+def _json_value(value: bytes) -> Any:
+    if reason := _utf8_problem(value):
+        raise _Rejected(INVALID_UTF8, reason)
+    try:
+        return json.loads(value)
+    except ValueError as error:
+        raise _Rejected(MALFORMED_JSON, f"not valid JSON: {error}" if value.strip() else "the value is empty") from None
+
+
+def _event_int(container: dict[str, Any], field: str, path: str, column: str) -> int | None:
+    value = container.get(field)
+    if value is None or type(value) is int and -(1 << 63) <= value < 1 << 63:
+        return value
+    raise _Rejected(TYPE_MISMATCH, f"field '{path}' of the Debezium event {_found('int64', value)}, but its column "
+                                   f"{column} has int64")
+
+
+def _with_coordinates(
+    data: pa.Table, partition: int, offsets: list[int], timestamps: list[int | None], kept: list[int] | None,
+    with_timestamp: bool,
+) -> pa.Table:
+    """`_kafka_partition` and `_kafka_offset` (and `_kafka_timestamp`: a soft delete's time), without the other
+    meta data columns: what the coordinator collapses a keyed txn by when connect.meta.data=false."""
+    if kept is not None:
+        take = pa.array(kept, pa.int64())
+        offsets = pa.array(offsets, pa.int64()).take(take).to_pylist()
+        timestamps = pa.array(timestamps, pa.int64()).take(take).to_pylist()
+    fields = {f.name: f for f in META_FIELDS}
+    data = data.append_column(fields[PARTITION], pa.repeat(pa.scalar(partition, pa.int32()), data.num_rows))
+    data = data.append_column(fields[OFFSET], pa.array(offsets, pa.int64()))
+    if with_timestamp:
+        stamps = pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(fields[TIMESTAMP].type)
+        data = data.append_column(fields[TIMESTAMP], stamps)
+    return data
 
 
 def _kept(n: int, rejected: dict[int, tuple[str, str]]) -> list[int] | None:

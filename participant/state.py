@@ -186,6 +186,7 @@ class ParticipantState:
         records_dead_lettered: int = 0,
         schemas: tuple[str, ...] = (),
         files_ref: str | None = None,
+        key_fields: tuple[str, ...] = (),
     ) -> list[Effect]:
         if self._phase is not Phase.FLUSHING or self._epoch is None or self._txn is None:
             raise ProtocolError(f"{self._describe()}: on_flushed while {self._phase.value}; only answer a Flush")
@@ -206,6 +207,7 @@ class ParticipantState:
             records_dead_lettered=records_dead_lettered,
             schemas=schemas,
             files_ref=files_ref,
+            key_fields=key_fields,
             sent_at=self._clock.wall(),
         )
         self._last_status = status

@@ -32,6 +32,7 @@ from connector.storage.checks import check_store
 from connector.storage.store import Store
 from connector.table.features import read_profile
 from connector.table.sink import DeltaTableSink, txn_tag
+from connector.upsert import UpsertSpec
 from connector.schema.algebra import schema_from_text
 from connector.schema.columns import META_COLUMNS
 from participant.convert import Converter, RecordFailure
@@ -291,8 +292,10 @@ class Worker:
         runner.staged = runner.retry_at = None
         files, schemas, files_ref = self._table.status_files(files, schemas, runner.key, self.worker_id,
                                                              txn_tag(runner.state.epoch or 0, runner.state.txn or 0))
+        # the key columns of the group's rows (held by the converter since the first keyed record)
+        key_fields = self._converter.key_fields if rows else ()
         effects = runner.state.on_flushed(files, rows, nbytes, runner.failed, runner.dead_lettered, schemas,
-                                          files_ref)
+                                          files_ref, key_fields)
         self._apply(runner, effects)
 
     def _retry_reports(self) -> None:
@@ -543,7 +546,8 @@ class Worker:
 
     def _new_converter(self) -> Converter:
         cfg = self.cfg
-        return Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes, cfg.schema_evolution)
+        return Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes, cfg.schema_evolution,
+                         UpsertSpec.from_config(cfg))
 
     def _refresh_schema(self, table_version: int | None = None) -> None:
         if table_version is not None and table_version == self._converter_schema_version:

@@ -113,6 +113,9 @@ class WriteStatus(_Envelope):
     # a file list too large for a control message lives in this object (path relative to the table), and
     # `files` is empty: {"files": [...], "schemas": [...]} as in a message
     files_ref: str | None = None
+    # write.mode=upsert|dedup: the key columns of the staged rows (connector/upsert.py); () in append mode, for a
+    # group without rows, and in messages of older versions
+    key_fields: tuple[str, ...] = ()
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -245,6 +248,7 @@ _ENCODERS: dict[str, Callable[[Any], Any]] = {
     "partitions": _encode_partitions,
     "files": encode_files,
     "schemas": list,
+    "key_fields": list,
     "payload": dict,
 }
 
@@ -358,6 +362,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "partitions": _decode_partitions,
     "files": decode_files,
     "schemas": _strings,
+    "key_fields": _strings,
     "files_ref": _optional_str,
     "payload": _object,
     "schema": _optional_str,

@@ -218,6 +218,12 @@ def test_every_key_is_typed_parsed_and_exposed_under_its_attribute_name():
             id="dlq-is-the-control-topic",
         ),
         pytest.param(
+            {"write.mode": "dedup", "value.converter": "string"},
+            (),
+            "write.mode=dedup needs value.converter=json",
+            id="keyed-mode-needs-json",
+        ),
+        pytest.param(
             {"consumer.group.id": "other"}, (), "consumer.group.id: set kafka.group.id instead", id="owned-passthrough"
         ),
         pytest.param(

@@ -44,6 +44,7 @@ SAMPLES: list[Message] = [
         bytes=1034,
         records_failed=1,
         records_dead_lettered=1,
+        key_fields=("id", "région"),
     ),
     WriteStatus(
         "sink", 3, 7, "orders", 1, "w-2", start_offset=None, first_offset=None, next_offset=None,
@@ -238,6 +239,7 @@ messages = st.one_of(
         bytes=counts,
         records_failed=counts,
         records_dead_lettered=counts,
+        key_fields=st.lists(names, max_size=3).map(tuple),
     ),
     st.builds(AckCommit, **envelope, table_version=optional_counts, offsets=offsets),
     st.builds(Progress, **envelope, payload=st.dictionaries(st.text(max_size=5), json_values, max_size=4)),
@@ -322,3 +324,18 @@ def test_commit_failed_needs_its_error_and_a_count_of_attempts() -> None:
             decode(_bytes(body | {field: bad}))
     with pytest.raises(DecodeError, match="lacks field 'attempts'"):
         decode(_bytes({k: v for k, v in body.items() if k != "attempts"}))
+
+
+def test_a_write_status_names_its_key_fields_and_one_without_them_decodes_with_none() -> None:
+    """The key columns of an upsert's staged rows travel in order; a WRITE-STATUS of an older version (or of append
+    mode) has none."""
+    keyed = SAMPLES[2]
+    assert _body(keyed)["key_fields"] == ["id", "région"]
+    assert decode(encode(keyed)).key_fields == ("id", "région")
+    body = _body(keyed)
+    del body["key_fields"]
+    assert decode(_bytes(body)).key_fields == ()
+    assert decode(encode(SAMPLES[3])).key_fields == ()
+    for bad in ("id", [1], None):
+        with pytest.raises(DecodeError, match="key_fields"):
+            decode(_bytes(body | {"key_fields": bad}))
