@@ -3,6 +3,9 @@
     .venv/bin/python bench/run.py                      # 2,000,000 records of ~200 bytes over 8 partitions
     .venv/bin/python bench/run.py --records 200000     # a development run
     make bench BENCH_ARGS="--records 200000 --phases raw,lakesink"
+    .venv/bin/python bench/run.py --mode upsert        # keyed changes: lakesink upsert against foreachBatch + MERGE
+
+`--mode upsert` is bench/upsert.py (its docstring says what it measures); the rest of this text is `--mode append`.
 
 Starts a KRaft broker in a temporary directory (unless --bootstrap is given), produces the topic once, then
 measures, one phase after the other, each in its own process so that memory is measured per process tree:

@@ -248,6 +248,7 @@ class UpsertBench:
     produced: Produced | None = None
     seed_versions: int = 0
     results: dict = field(default_factory=dict)
+    machine: str = field(default_factory=machine)  # with the load average before anything started
 
     @property
     def pristine(self) -> Path:
@@ -302,8 +303,9 @@ class UpsertBench:
             if done():
                 return
             if proc.poll() is not None:
-                raise PhaseFailed(f"{what} exited with {proc.returncode} after {len(log.commits)} commits:\n"
-                                  f"{_tail(log_path)}")
+                last = (_tail(log_path, 1) or "no output").strip()
+                raise PhaseFailed(f"{what} exited with {proc.returncode} after {len(log.commits)} commits ({last}); "
+                                  f"its log:\n{_tail(log_path)}")
             if time.monotonic() > deadline:
                 raise PhaseFailed(f"{what}: not done after {self.args.phase_timeout} s:\n{_tail(log_path)}")
             if time.monotonic() - last_report > 15:
@@ -481,7 +483,7 @@ def report(bench: UpsertBench) -> list[str]:
                  f"({p.kinds['update']:,} updates, {p.kinds['insert']:,} inserts, {p.kinds['delete']:,} deletes), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, spark.master="
                  f"{a.spark_master}, deletion vectors {'on' if a.deletion_vectors else 'off'}",
-             f"  machine: {machine()}", f"  code: {code_state()}",
+             f"  machine: {bench.machine}", f"  code: {code_state()}",
              f"  initial table: {r['seed']['seconds']:.1f} s; produce: {a.changes / p.seconds:,.0f} changes/s "
              f"({p.seconds:.1f} s)",
              f"  {'':<10} {'changes/s':>10} {'seconds':>8} {'p50 ms':>8} {'p99 ms':>8} {'commit p50/max s':>17} "
