@@ -3,6 +3,9 @@
     .venv/bin/python bench/run.py                      # 2,000,000 records of ~200 bytes over 8 partitions
     .venv/bin/python bench/run.py --records 200000     # a development run
     make bench BENCH_ARGS="--records 200000 --phases raw,lakesink"
+    .venv/bin/python bench/run.py --mode upsert        # keyed changes: lakesink upsert against foreachBatch + MERGE
+
+`--mode upsert` is bench/upsert.py (its docstring says what it measures); the rest of this text is `--mode append`.
 
 Starts a KRaft broker in a temporary directory (unless --bootstrap is given), produces the topic once, then
 measures, one phase after the other, each in its own process so that memory is measured per process tree:
@@ -1272,6 +1275,9 @@ def _say(text: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", help="use this broker instead of starting one in a temporary directory")
+    p.add_argument("--mode", choices=["append", "upsert"], default="append",
+                   help="append: the phases below over an append-only topic; upsert: a keyed changelog applied by "
+                        "lakesink (write.mode=upsert) and by a Spark foreachBatch + MERGE job (bench/upsert.py)")
     p.add_argument("--records", type=int, default=2_000_000)
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--phases", default=DEFAULT_PHASES, help=f"comma-separated, of {','.join(PHASES)} "
@@ -1289,15 +1295,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--latency-seconds", type=float, default=60)
     p.add_argument("--latency-warmup", type=float, default=20, help="seconds produced first and left out of the "
                                                                      "latency figures")
+    p.add_argument("--rows", type=int, default=10_000_000, help="upsert: rows of the initial table")
+    p.add_argument("--changes", type=int, default=1_000_000, help="upsert: change events (80%% updates, 10%% inserts, "
+                                                                   "10%% deletes)")
+    p.add_argument("--table-files", type=int, default=16, help="upsert: data files of the initial table")
+    p.add_argument("--seed", type=int, default=17, help="upsert: seed of the changelog")
+    p.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false",
+                   help="upsert: the initial table without delta.enableDeletionVectors")
+    p.add_argument("--driver-memory", default="2g", help="upsert: spark.driver.memory of every Spark session")
+    p.add_argument("--contenders", default="lakesink,baseline", help="upsert: comma-separated, of lakesink,baseline")
     p.add_argument("--phase-timeout", type=float, default=1800)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, tables)")
     p.add_argument("--json", help="also write every figure to this JSON file")
     # child phases
     p.add_argument("--_phase", dest="child", help=argparse.SUPPRESS)
-    for name in ("topic", "table", "checkpoint", "config", "work", "s3-endpoint", "filer"):
+    for name in ("topic", "table", "checkpoint", "config", "work", "s3-endpoint", "filer", "initial", "fold",
+                 "tables", "dv"):
         p.add_argument(f"--{name}", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.phase_list = [x.strip() for x in args.phases.split(",") if x.strip()]
+    args.contenders = [x.strip() for x in args.contenders.split(",") if x.strip()]
+    if set(args.contenders) - {"lakesink", "baseline"}:
+        p.error(f"--contenders takes lakesink and/or baseline, not {','.join(args.contenders)}")
+    if args.mode == "upsert" and args.storage != "local":
+        p.error("--mode upsert runs on local tables only (--storage local)")
     unknown = set(args.phase_list) - set(PHASES)
     if unknown:
         p.error(f"unknown phase(s) {', '.join(sorted(unknown))}; choose from {', '.join(PHASES)}")
@@ -1307,7 +1328,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        return {"raw": child_raw, "sss": child_sss, "profile": child_profile}[args.child](args)
+        from bench.upsert import CHILDREN
+
+        return {"raw": child_raw, "sss": child_sss, "profile": child_profile, **CHILDREN}[args.child](args)
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -1326,6 +1349,10 @@ def main(argv: list[str] | None = None) -> int:
             _say("starting a Kafka broker ...")
             broker = LocalKafka(work / "kafka", heap="1g").start()
             bench.bootstrap = broker.bootstrap
+        if args.mode == "upsert":
+            from bench.upsert import run
+
+            return run(args, work, bench.bootstrap)
         if args.storage == "s3":
             from bench.s3 import BenchS3, RequestMeter
 
