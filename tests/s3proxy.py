@@ -222,6 +222,11 @@ class S3Proxy:
         self._threads: list[threading.Thread] = []
         self._sockets: set[socket.socket] = set()
         self._closing = threading.Event()
+        # the armed rendezvous: the next PUT matching `delay_path_pattern` waits for a second PUT of the same path
+        self._armed = False
+        self.held: str | None = None
+        self._released = threading.Event()
+        self.rendezvous: list[str] = []  # paths whose two PUTs were sent on together
 
     @property
     def endpoint(self) -> str:
@@ -259,6 +264,35 @@ class S3Proxy:
             {"requests": self.counters.seen, "puts_delayed": self.counters.delayed_paths,
              "conditionals_stripped": self.counters.stripped_paths}[name].append(what)
 
+    def arm_rendezvous(self) -> None:
+        """Hold the next PUT matching `delay_path_pattern` until a second PUT of the same path arrives (or
+        `release()`), then send both on: two writers of one Delta log version PUT it at the same moment."""
+        with self._lock:
+            self._armed, self.held = True, None
+            self._released.clear()
+
+    def release(self) -> None:
+        with self._lock:
+            self._armed = False
+        self._released.set()
+
+    def _meet(self, path: str) -> None:
+        with self._lock:
+            if self.held is None and self._armed:
+                self.held = path
+                first = True
+            elif self.held == path and not self._released.is_set():
+                self._armed = False
+                self.rendezvous.append(path)
+                self._released.set()
+                return
+            else:
+                return
+        if first:
+            self._released.wait(120)
+            with self._lock:
+                self.held = None
+
     def _accept_loop(self) -> None:
         while not self._closing.is_set():
             try:
@@ -288,6 +322,8 @@ class S3Proxy:
                 path = urllib.parse.urlsplit(target).path
                 self._count("requests", Seen(method, path, {name: head.get(name) for name in FRAMING_HEADERS
                                                             if head.get(name) is not None}))
+                if method == "PUT" and self.delay_path.search(path):
+                    self._meet(path)
                 if method == "PUT" and self.put_delay_s > 0 and self.delay_path.search(path):
                     self._count("puts_delayed", path)
                     time.sleep(self.put_delay_s)
