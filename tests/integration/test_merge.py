@@ -13,6 +13,7 @@ import deltalake
 import pyarrow as pa
 import pytest
 
+from connector.config import config_from_dict
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
@@ -20,6 +21,7 @@ from connector.storage.store import Location, Store
 from connector.table import merge
 from connector.table.sink import DeltaTableSink, txn_tag
 from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
+from coordinator.service import CoordinatorService
 from participant.filegroup import FileGroupWriter
 
 pytestmark = pytest.mark.integration
@@ -95,6 +97,15 @@ def _names(rows: dict) -> dict:
     return {k: v["name"] for k, v in rows.items()}
 
 
+def test_the_coordinator_commits_with_the_connectors_keyed_write_settings(tmp_path):
+    cfg = config_from_dict({"name": "keyed", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": "t",
+                            "target.base.path": str(tmp_path), "target.table.name": "t", "write.mode": "upsert",
+                            "record.key.fields": "id,region", "delete.enabled": "true", "delete.mode": "soft",
+                            "upsert.order.field": "seq"}, env={})
+    sink = CoordinatorService(cfg, spark_factory=lambda: None).sink
+    assert sink.upsert == UpsertSpec("upsert", ("id", "region"), True, "soft", "none", "seq", True)
+
+
 def test_a_merge_run_with_the_txn_session_settings_is_one_commit_and_a_redo_is_skipped(spark, tmp_path):
     """delta-spark 4.4: txnAppId/txnVersion set on the session make MERGE idempotent, in the MERGE's own commit."""
     path = str(tmp_path / "t")
@@ -157,7 +168,10 @@ def test_soft_deletes_keep_the_row_marked_with_the_deletes_time(spark, tmp_path)
     c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", meta=True))
     at = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
     c.apply([{"id": 1, "name": "a1", TIMESTAMP: at}, {"id": 2, "name": "b1", TIMESTAMP: at}])
-    c.apply([{"id": 1, "delete": True, TIMESTAMP: at.replace(hour=13)}])
+    tombstone = c.status([{"id": 1, "delete": True, TIMESTAMP: at.replace(hour=13)}])
+    staged = c.sink.staged_schema((tombstone,))  # what a START before the table exists would carry
+    assert staged.names == ["id", TIMESTAMP, PARTITION, OFFSET, SOFT_DELETED, SOFT_DELETED_AT]
+    c.commit(tombstone)
     rows = c.rows()
     assert rows[1][SOFT_DELETED] is True and rows[1]["name"] == "a1"
     assert rows[1][SOFT_DELETED_AT].replace(tzinfo=timezone.utc) == at.replace(hour=13)
