@@ -43,9 +43,9 @@ class MergePlan:
 def table_columns(spec: UpsertSpec, staged: pa.Schema) -> pa.Schema:
     """The columns of staged rows with `staged` that reach the table: no `DELETE_MARKER`, no `_kafka_*` without
     connect.meta.data, and with soft deletes `_deleted` / `_deleted_at`."""
-    fields = [f for f in staged if f.name != DELETE_MARKER and (spec.meta or f.name not in META_COLUMNS)
-              and f.name not in (SOFT_DELETED, SOFT_DELETED_AT)]
+    fields = [f for f in staged if f.name != DELETE_MARKER and (spec.meta or f.name not in META_COLUMNS)]
     if spec.soft_delete:
+        fields = [f for f in fields if f.name not in (SOFT_DELETED, SOFT_DELETED_AT)]
         fields += [pa.field(SOFT_DELETED, pa.bool_()), pa.field(SOFT_DELETED_AT, pa.timestamp("us", tz="UTC"))]
     return pa.schema(fields)
 
