@@ -37,6 +37,7 @@ from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
 from connector.storage.store import Store
 from connector.table.sink import CommitResult, DeltaTableSink
+from connector.upsert import UpsertSpec
 from connector.table.sweep import sweep
 from connector.kafka.watermarks import lag, list_offsets
 from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, OffsetReset, Send, offset_resets
@@ -78,7 +79,8 @@ class CoordinatorService:
         self.store = Store.for_config(cfg)
         self.sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
                                    spark_factory=self._spark_session, errors_tolerance=cfg.errors_tolerance,
-                                   dead_letter=self._dead_letter, store=self.store)
+                                   dead_letter=self._dead_letter, store=self.store,
+                                   upsert=UpsertSpec.from_config(cfg))
         self._sweep_due = 0.0  # monotonic time of the next sweep of unreferenced files
         self._spark_thread: threading.Thread | None = None
         self._spark_error: BaseException | None = None

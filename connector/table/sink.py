@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connector.storage.store import Location, Store
-from connector.table import delta_writer
+from connector.table import delta_writer, merge
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 from connector.table.failures import Failure, classify
@@ -49,7 +49,9 @@ from connector.protocol.messages import (
     split_version,
     txn_version,
 )
-from connector.schema.algebra import schema_from_text
+from connector.schema.algebra import schema_from_text, unify
+from connector.schema.columns import OFFSET, PARTITION
+from connector.upsert import DELETE_MARKER, UpsertSpec
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,7 @@ class DeltaTableSink:
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)
     last_profile: TableProfile | None = None  # as the last commit (or check_supported) read it
     store: Store | None = None  # where the table lives (default: table_path with the AWS defaults for S3)
+    upsert: UpsertSpec = UpsertSpec()  # keyed modes apply each txn with a MERGE (connector/table/merge.py)
     _spark_ready: bool = False
     _table: object | None = field(default=None, repr=False)  # the deltalake.DeltaTable _delta keeps up to date
 
@@ -381,6 +384,11 @@ class DeltaTableSink:
         schema = table_schema
         adds: list[dict] = []
         replaced: list[str] = []
+        if files and self.upsert.keyed:
+            result = self._merge(spark, version, statuses, files, table_schema, profile, expect_new_table,
+                                 user_metadata)
+            self.store.delete_unreferenced([f.path for f, _ in files], "merged by Spark")
+            return result
         if files:
             schema = _target_schema([fs for _, fs in files], table_schema, self.schema_evolution)
             if profile is not None and not profile.fast_path:
@@ -468,6 +476,20 @@ class DeltaTableSink:
         for column, explicit in profile.identity.items():
             if explicit and column in df.columns and _all_null(files, column):
                 df = df.drop(column)  # BY DEFAULT identity: Delta assigns the values no record gave
+        good, violations = self._split(df, profile, version)
+        total = sum(f.rows for f, _ in files)
+        grows = self.schema_evolution and any(table_schema.get_field_index(n) < 0 for n in schema.names)
+        if total == len(violations):
+            DeltaLogCommitter(spark, self._read_table).commit(
+                self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by, schema=None,
+                expect_new_table=False, user_metadata=user_metadata)
+        else:
+            delta_writer.write(good, self.store.root.spark_path, self.app_id, version, user_metadata, profile, grows)
+        return total - len(violations), len(violations)
+
+    def _split(self, df, profile: TableProfile, version: int) -> tuple[object, list[delta_writer.Violation]]:
+        """The rows of `df` that satisfy the table's constraints, and those that do not, already dead-lettered
+        (errors.tolerance=all); with errors.tolerance=none the first violation stops the commit, naming it."""
         good, violations = delta_writer.split(df, profile, first_only=self.errors_tolerance != "all")
         if violations and self.errors_tolerance != "all":
             first = violations[0]
@@ -483,15 +505,92 @@ class DeltaTableSink:
                         "dead-lettering them", len(violations), version, self.table_path, violations[0].where(),
                         violations[0].constraint.name)
             self.dead_letter(violations)
+        return good, violations
+
+    def merge_keys(self, statuses: tuple[WriteStatus, ...]) -> tuple[str, ...]:
+        """The columns a keyed txn matches rows on: record.key.fields, else the key fields every status with rows
+        reports (the Kafka key's fields). Statuses that disagree are a permanent error."""
+        if self.upsert.key_fields:
+            return tuple(self.upsert.key_fields)
+        reported = {}
+        for s in statuses:
+            if any(f.rows for f in s.files):
+                reported.setdefault(tuple(getattr(s, "key_fields", ())), f"{s.topic}-{s.partition}")
+        if len(reported) > 1:
+            (a, where_a), (b, where_b) = list(reported.items())[:2]
+            raise CommitError(f"the records of {where_a} are keyed by {','.join(a) or 'nothing'} and those of "
+                              f"{where_b} by {','.join(b) or 'nothing'}: one table needs one key; set "
+                              f"record.key.fields to the key's value fields", permanent=True)
+        keys = next(iter(reported), ())
+        if not keys:
+            raise CommitError(f"write.mode={self.upsert.mode} but the txn's WRITE-STATUS names no key fields: "
+                              f"set record.key.fields, or run every worker at this lakesink version", permanent=True)
+        return keys
+
+    def _merge(self, spark, version: int, statuses: tuple[WriteStatus, ...],
+               files: list[tuple[StagedFile, pa.Schema | None]], table_schema: pa.Schema | None,
+               profile: TableProfile | None, expect_new_table: bool, user_metadata: str) -> tuple[int, int]:
+        """Step 2 in a keyed mode: one Delta MERGE of the txn's changes, collapsed per key, with the txn action
+        (connector/table/merge.py), or the Spark write that creates the table. (rows staged, rows rejected by the
+        table's constraints)."""
+        from pyspark.sql import functions as F
+
+        if any(fs is None for _, fs in files):
+            raise CommitError("a WRITE-STATUS names data files without their schema: every worker must run this "
+                              "lakesink version")
+        staged = unify([fs for _, fs in files])
+        keys = self.merge_keys(statuses)
+        needed = (*keys, PARTITION, OFFSET, *((self.upsert.order_column,) if self.upsert.order_column else ()))
+        missing = [c for c in needed if staged.get_field_index(c) < 0]
+        if missing:
+            raise CommitError(f"the staged rows of txn version {version} lack the column(s) {', '.join(missing)} "
+                              f"that write.mode={self.upsert.mode} needs: check record.key.fields and "
+                              f"upsert.order.field, and run every worker at this lakesink version", permanent=True)
+        wanted = merge.table_columns(self.upsert, staged)
+        if table_schema is not None and not self.schema_evolution:
+            new = [n for n in wanted.names if table_schema.get_field_index(n) < 0]
+            if new:
+                raise CommitError(f"{self.table_path} has no column(s) {', '.join(map(repr, new))}: set "
+                                  f"schema.evolution=true to add them, or add them to the table", permanent=True)
+        identity = profile.identity if profile is not None else {}
+        plan = merge.MergePlan(self.upsert, keys, tuple(n for n in wanted.names if identity.get(n, True)))
+        df = self._spark_frame(spark, files, staged)
         total = sum(f.rows for f, _ in files)
-        grows = self.schema_evolution and any(table_schema.get_field_index(n) < 0 for n in schema.names)
-        if total == len(violations):
-            DeltaLogCommitter(spark, self._read_table).commit(
-                self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by, schema=None,
-                expect_new_table=False, user_metadata=user_metadata)
-        else:
-            delta_writer.write(good, self.store.root.spark_path, self.app_id, version, user_metadata, profile, grows)
-        return total - len(violations), len(violations)
+        rejected = 0
+        if profile is not None and (profile.constraints or profile.generated):
+            df = delta_writer.prepare(df, profile)
+            if self.upsert.delete_enabled:
+                deleting = F.coalesce(F.col(DELETE_MARKER), F.lit(False))
+                good, violations = self._split(df.where(~deleting), profile, version)
+                df = good.unionByName(df.where(deleting))
+            else:
+                df, violations = self._split(df, profile, version)
+            rejected = len(violations)
+            if rejected == total:
+                DeltaLogCommitter(spark, self._read_table).commit(
+                    self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by,
+                    schema=None, expect_new_table=False, user_metadata=user_metadata)
+                return 0, rejected
+        source = merge.source(df, plan)
+        partition_by = profile.partition_columns if profile is not None else self.partition_by
+        log.info("txn version %d: MERGE on %s (write.mode=%s) into %s", version, ",".join(keys), self.upsert.mode,
+                 self.table_path)
+        try:
+            if table_schema is None:
+                merge.create(source, plan, self.store.root.spark_path, tuple(partition_by), self.app_id, version,
+                             user_metadata)
+            else:
+                if expect_new_table:
+                    raise TableExistsError(f"{self.table_path} was created by another writer")
+                from delta.tables import DeltaTable
+
+                target = DeltaTable.forPath(spark, self.store.root.spark_path)
+                merge.run(spark, target, source, plan, tuple(partition_by), self.app_id, version, user_metadata,
+                          self.schema_evolution)
+        except Exception as exc:  # noqa: BLE001
+            self._raise_if_created_by_another(exc, expect_new_table)
+            raise
+        return total - rejected, rejected
 
     def _append_with_spark(self, spark, version: int, files: list[tuple[StagedFile, pa.Schema | None]],
                            schema: pa.Schema, partition_by: tuple[str, ...], expect_new_table: bool,
@@ -528,7 +627,8 @@ class DeltaTableSink:
         if any(schema is None for schema in schemas):
             raise CommitError("a WRITE-STATUS names data files without their schema: every worker must run this "
                               "lakesink version")
-        return _target_schema(schemas, None, self.schema_evolution)
+        schema = _target_schema(schemas, None, self.schema_evolution)
+        return merge.table_columns(self.upsert, schema) if self.upsert.keyed else schema
 
     # --- write statuses ------------------------------------------------------------------------------------
 

@@ -1,0 +1,159 @@
+"""Keyed writes (`write.mode=upsert|dedup`): a transaction's staged changes applied to the table with one Delta MERGE
+(docs/ARCHITECTURE.md, "Upserts and change data capture: the MERGE"; connector/upsert.py names the columns).
+
+The source is the txn's staged rows, collapsed to one change per key (a MERGE with two source rows for one target
+row fails in Delta): upsert keeps the last change by (order column, `_kafka_partition`, `_kafka_offset`), dedup
+the first by (`_kafka_partition`, `_kafka_offset`). The MERGE runs with Delta's idempotent-write session settings
+(`spark.databricks.delta.write.txnAppId` / `txnVersion`): the txn action is in the MERGE's own commit, read inside
+its transaction, so a redo of the same txn version, or one at or below a newer epoch's claim, is skipped by Delta
+and changes nothing (the caller verifies whose the version is).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
+from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
+NEW_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+PRUNE_VALUES_MAX = 1000
+"""A partition key column with more distinct values in one txn is not named in the match condition."""
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """What one txn's MERGE writes: `keys` match rows, `columns` are assigned (internal ones left out)."""
+
+    spec: UpsertSpec
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+
+    @property
+    def deletes(self) -> bool:
+        return self.spec.delete_enabled
+
+
+def table_columns(spec: UpsertSpec, staged: pa.Schema) -> pa.Schema:
+    """The columns of staged rows with `staged` that reach the table: no `DELETE_MARKER`, no `_kafka_*` without
+    connect.meta.data, and with soft deletes `_deleted` / `_deleted_at`."""
+    fields = [f for f in staged if f.name != DELETE_MARKER and (spec.meta or f.name not in META_COLUMNS)]
+    if spec.soft_delete:
+        fields = [f for f in fields if f.name not in (SOFT_DELETED, SOFT_DELETED_AT)]
+        fields += [pa.field(SOFT_DELETED, pa.bool_()), pa.field(SOFT_DELETED_AT, pa.timestamp("us", tz="UTC"))]
+    return pa.schema(fields)
+
+
+def source(df, plan: MergePlan):
+    """The staged rows `df` as the MERGE's source: one change per key, with `DELETE_MARKER` (false when deletes are
+    off) and, with soft deletes, `_deleted` / `_deleted_at` (the delete's Kafka record time, else the commit's)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    spec = plan.spec
+    if DELETE_MARKER not in df.columns:
+        df = df.withColumn(DELETE_MARKER, F.lit(False))
+    df = df.withColumn(DELETE_MARKER, F.coalesce(F.col(DELETE_MARKER), F.lit(False)))
+    position = [F.col(PARTITION), F.col(OFFSET)]
+    if spec.mode == "dedup":
+        order = [c.asc() for c in position]
+    else:
+        order = [c.desc() for c in position]
+        if spec.order_column is not None:
+            order.insert(0, F.col(_q(spec.order_column)).desc_nulls_last())
+    rank = "__lakesink_rank"
+    window = Window.partitionBy(*[F.col(_q(k)) for k in plan.keys]).orderBy(*order)
+    df = df.withColumn(rank, F.row_number().over(window)).where(F.col(rank) == 1).drop(rank)
+    if spec.soft_delete:
+        at = F.col(TIMESTAMP) if TIMESTAMP in df.columns else F.current_timestamp()
+        df = (df.withColumn(SOFT_DELETED, F.col(DELETE_MARKER))
+              .withColumn(SOFT_DELETED_AT, F.when(F.col(DELETE_MARKER), at).cast("timestamp")))
+    return df.select(*[F.col(_q(c)) for c in (*plan.columns, DELETE_MARKER)])
+
+
+def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...], app_id: str, version: int,
+        user_metadata: str, evolve: bool) -> None:
+    """MERGE `src` (from `source`) into `target` (a delta.tables.DeltaTable) in one commit with the txn action
+    (app_id, version) and lakesink's user metadata."""
+    spec = plan.spec
+    condition = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in plan.keys)
+    for column in (c for c in partition_columns if c in plan.keys):
+        values = [r[0] for r in src.select(_q(column)).distinct().limit(PRUNE_VALUES_MAX + 1).collect()]
+        if len(values) <= PRUNE_VALUES_MAX:
+            condition += f" AND t.{_q(column)} IN ({', '.join(_literal(v) for v in values) or 'NULL'})"
+    assign = {_q(c): f"s.{_q(c)}" for c in plan.columns}
+    delete = f"s.{_q(DELETE_MARKER)}"
+    newer = "true"
+    if spec.order_column is not None:
+        o = _q(spec.order_column)
+        newer = f"(t.{o} IS NULL OR s.{o} >= t.{o})"
+    merge = target.alias("t").merge(src.alias("s"), condition)
+    if spec.mode == "dedup":
+        merge = merge.whenNotMatchedInsert(condition=f"NOT {delete}", values=assign)
+    else:
+        if plan.deletes and spec.soft_delete:
+            tombstone = {_q(c): f"s.{_q(c)}" for c in plan.columns
+                         if c in (SOFT_DELETED, SOFT_DELETED_AT, spec.order_column) or c in META_COLUMNS}
+            merge = merge.whenMatchedUpdate(condition=f"{delete} AND {newer}", set=tombstone)
+        elif plan.deletes:
+            merge = merge.whenMatchedDelete(condition=f"{delete} AND {newer}")
+        merge = (merge.whenMatchedUpdate(condition=f"NOT {delete} AND {newer}", set=assign)
+                 .whenNotMatchedInsert(condition=f"NOT {delete}", values=assign))
+    settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: user_metadata}
+    if evolve:
+        settings[AUTO_MERGE] = "true"
+    with session_settings(spark, settings):
+        merge.execute()
+
+
+def create(src, plan: MergePlan, table_path: str, partition_by: tuple[str, ...], app_id: str, version: int,
+           user_metadata: str) -> None:
+    """Create the table with the txn's collapsed source minus its deletes, in one commit with the txn action,
+    deletion vectors on (a MERGE then marks deleted rows instead of rewriting files)."""
+    from pyspark.sql import functions as F
+
+    rows = src.where(~F.col(DELETE_MARKER)).select(*[F.col(_q(c)) for c in plan.columns])
+    writer = (rows.write.format("delta").mode("errorifexists").option("txnAppId", app_id)
+              .option("txnVersion", version).option("userMetadata", user_metadata))
+    for key, value in NEW_TABLE_PROPERTIES.items():
+        writer = writer.option(key, value)
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(table_path)
+
+
+@contextmanager
+def session_settings(spark, settings: dict[str, str]):
+    """`settings` on the (shared) session for the duration of the block, each restored afterwards."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _literal(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+

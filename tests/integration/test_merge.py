@@ -1,0 +1,293 @@
+"""Keyed writes on the coordinator side: a txn's staged changes applied with one Delta MERGE (docs/ARCHITECTURE.md,
+"Upserts and change data capture: the MERGE"). Staged files are written here as a participant writes them
+(participant/filegroup.py) and committed with `DeltaTableSink.commit` on the session's real Spark; the tables are
+read back with Spark."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from connector.config import config_from_dict
+from connector.errors import CommitError, ConstraintViolationError, FencedError
+from connector.protocol.messages import WriteStatus, txn_version
+from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
+from connector.storage.store import Location, Store
+from connector.table import merge
+from connector.table.sink import DeltaTableSink, txn_tag
+from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
+from coordinator.service import CoordinatorService
+from participant.filegroup import FileGroupWriter
+
+pytestmark = pytest.mark.integration
+
+APP = "merge-app"
+TOPIC = "changes"
+TYPES = {"id": pa.int64(), "region": pa.string(), "name": pa.string(), "seq": pa.int64(), "amount": pa.float64(),
+         "extra": pa.string(), DELETE_MARKER: pa.bool_(), PARTITION: pa.int32(), OFFSET: pa.int64(),
+         TIMESTAMP: pa.timestamp("us", tz="UTC")}
+
+
+@dataclass(frozen=True)
+class KeyedStatus(WriteStatus):
+    """A WRITE-STATUS that reports its key fields, as participants of keyed modes send it."""
+
+    key_fields: tuple[str, ...] = ()
+
+
+class Changes:
+    """One connector's txns, staged and committed one after the other."""
+
+    def __init__(self, spark, table, spec: UpsertSpec, partition_by=(), evolve=False, **sink):
+        self.spark, self.table, self.txn, self.next = spark, table, 0, {}
+        self.sink = DeltaTableSink(str(table), APP, partition_by, evolve, spark_factory=lambda: spark, upsert=spec,
+                                   **sink)
+
+    def status(self, changes: list[dict], partition: int = 0, key_fields=("id",), txn=None) -> KeyedStatus:
+        """A participant's file group of `changes` (dicts of value fields; `delete=True` marks a delete) for the
+        next txn, at the partition's next offsets."""
+        txn = self.txn + 1 if txn is None else txn
+        start = self.next.get(partition, 0)
+        rows = []
+        for i, change in enumerate(changes):
+            row = {k: v for k, v in change.items() if k != "delete"}
+            if self.sink.upsert.delete_enabled:
+                row[DELETE_MARKER] = bool(change.get("delete"))
+            rows.append({**row, PARTITION: partition, OFFSET: start + i})
+        names = list(dict.fromkeys(k for r in rows for k in r))
+        table = pa.Table.from_pylist(rows, schema=pa.schema([pa.field(n, TYPES[n]) for n in names]))
+        writer = FileGroupWriter(self.sink.store, APP, TOPIC, partition, "w", txn_tag(1, txn),
+                                 partition_by=self.sink.partition_by)
+        writer.append(table)
+        files = tuple(writer.flush())
+        self.next[partition] = start + len(rows)
+        return KeyedStatus(APP, 1, txn, topic=TOPIC, partition=partition, worker="w", start_offset=start,
+                           first_offset=start, next_offset=start + len(rows), files=files, rows=len(rows),
+                           bytes=sum(f.bytes for f in files), schemas=writer.schemas, key_fields=tuple(key_fields))
+
+    def commit(self, *statuses):
+        self.txn += 1
+        offsets = {(TOPIC, p): n for p, n in self.next.items()}
+        return self.sink.commit(txn_version(1, self.txn), offsets, statuses, expect_new_table=self.txn == 1)
+
+    def apply(self, *change_lists, partition: int = 0):
+        """Stage each list as one participant's file group of the next txn and commit them together."""
+        return self.commit(*[self.status(c, partition=partition) for c in change_lists])
+
+    def rows(self) -> dict:
+        return {r["id"]: r.asDict() for r in self.spark.read.format("delta").load(str(self.table)).collect()}
+
+    def columns(self) -> list[str]:
+        return self.spark.read.format("delta").load(str(self.table)).columns
+
+    def history(self, n: int = 1) -> list[dict]:
+        return deltalake.DeltaTable(str(self.table)).history(n)
+
+
+def _upsert(**overrides) -> UpsertSpec:
+    return UpsertSpec(**{"mode": "upsert", "key_fields": ("id",), "meta": False, **overrides})
+
+
+def _names(rows: dict) -> dict:
+    return {k: v["name"] for k, v in rows.items()}
+
+
+def test_the_coordinator_commits_with_the_connectors_keyed_write_settings(tmp_path):
+    cfg = config_from_dict({"name": "keyed", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": "t",
+                            "target.base.path": str(tmp_path), "target.table.name": "t", "write.mode": "upsert",
+                            "record.key.fields": "id,region", "delete.enabled": "true", "delete.mode": "soft",
+                            "upsert.order.field": "seq"}, env={})
+    sink = CoordinatorService(cfg, spark_factory=lambda: None).sink
+    assert sink.upsert == UpsertSpec("upsert", ("id", "region"), True, "soft", "none", "seq", True)
+
+
+def test_a_merge_run_with_the_txn_session_settings_is_one_commit_and_a_redo_is_skipped(spark, tmp_path):
+    """delta-spark 4.4: txnAppId/txnVersion set on the session make MERGE idempotent, in the MERGE's own commit."""
+    path = str(tmp_path / "t")
+    spark.range(5).selectExpr("id", "'a' AS v").write.format("delta").save(path)
+    from delta.tables import DeltaTable
+
+    def run(version: int, value: str) -> None:
+        source = spark.range(3, 8).selectExpr("id", f"'{value}' AS v")
+        meta = json.dumps({"lakesink": {"epoch": 1, "txn": version}})
+        with merge.session_settings(spark, {merge.TXN_APP_ID: "app", merge.TXN_VERSION: str(version),
+                                            merge.USER_METADATA: meta}):
+            (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    run(10, "b")
+    dt = deltalake.DeltaTable(path)
+    assert dt.version() == 1 and dt.transaction_version("app") == 10
+    log = [json.loads(line) for line in (tmp_path / "t" / "_delta_log" / f"{1:020d}.json").read_text().splitlines()]
+    assert [(a["txn"]["appId"], a["txn"]["version"]) for a in log if "txn" in a] == [("app", 10)]
+    info = next(a["commitInfo"] for a in log if "commitInfo" in a)
+    assert info["operation"] == "MERGE" and json.loads(info["userMetadata"]) == {"lakesink": {"epoch": 1, "txn": 10}}
+    after = sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
+    assert after == [(0, "a"), (1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b"), (6, "b"), (7, "b")]
+    for again in (10, 9):  # the same version, and a lower one (an older epoch's): skipped, nothing changes
+        run(again, "c")
+        assert deltalake.DeltaTable(path).version() == 1
+        assert sorted(tuple(r) for r in spark.read.format("delta").load(path).collect()) == after
+    for key in (merge.TXN_APP_ID, merge.TXN_VERSION, merge.USER_METADATA):
+        assert spark.conf.get(key, None) is None, key  # the shared session is left as it was
+    run(11, "d")
+    assert deltalake.DeltaTable(path).transaction_version("app") == 11
+
+
+def test_upserts_and_hard_deletes_collapse_per_key_and_a_redo_changes_nothing(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True))
+    c.apply([{"id": 1, "name": "a1"}, {"id": 2, "name": "b1"}, {"id": 3, "name": "c1"},
+             {"id": 9, "delete": True},  # a delete of a key the table never had
+             {"id": 1, "name": "a2"}])  # a second change to a key of this txn: the last wins
+    assert _names(c.rows()) == {1: "a2", 2: "b1", 3: "c1"}
+    assert deltalake.DeltaTable(str(c.table)).metadata().configuration.get("delta.enableDeletionVectors") == "true"
+    assert DELETE_MARKER not in c.columns() and not set(META_COLUMNS) & set(c.columns())  # connect.meta.data=false
+
+    result = c.apply([{"id": 2, "name": "b2"}, {"id": 3, "delete": True}, {"id": 4, "name": "d1"},
+                      {"id": 5, "name": "e1"}, {"id": 5, "delete": True},  # inserted and deleted in one txn
+                      {"id": 1, "delete": True}, {"id": 1, "name": "a3"}])  # deleted, then back
+    assert _names(c.rows()) == {1: "a3", 2: "b2", 4: "d1"}
+    assert c.history()[0]["operation"] == "MERGE"
+    assert json.loads(c.history()[0]["userMetadata"])["lakesink"]["txn"] == 2
+    version = c.sink.table_version()
+    again = c.sink.commit(txn_version(1, 2), {(TOPIC, 0): c.next[0]}, ())
+    assert again.table_version == result.table_version == version == c.sink.table_version()
+    assert _names(c.rows()) == {1: "a3", 2: "b2", 4: "d1"}
+    assert not [p for p in c.table.rglob("part-*") if APP in p.name]  # the staged files were deleted
+
+    c.apply([{"id": 77, "delete": True}])  # a txn of one delete that matches nothing still records its offsets
+    assert c.sink.txn_version() == txn_version(1, 3) and _names(c.rows()) == {1: "a3", 2: "b2", 4: "d1"}
+
+
+def test_soft_deletes_keep_the_row_marked_with_the_deletes_time(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", meta=True))
+    at = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+    c.apply([{"id": 1, "name": "a1", TIMESTAMP: at}, {"id": 2, "name": "b1", TIMESTAMP: at}])
+    tombstone = c.status([{"id": 1, "delete": True, TIMESTAMP: at.replace(hour=13)}])
+    staged = c.sink.staged_schema((tombstone,))  # what a START before the table exists would carry
+    assert staged.names == ["id", TIMESTAMP, PARTITION, OFFSET, SOFT_DELETED, SOFT_DELETED_AT]
+    c.commit(tombstone)
+    rows = c.rows()
+    assert rows[1][SOFT_DELETED] is True and rows[1]["name"] == "a1"
+    assert rows[1][SOFT_DELETED_AT].replace(tzinfo=timezone.utc) == at.replace(hour=13)
+    assert rows[2][SOFT_DELETED] is False and rows[2][SOFT_DELETED_AT] is None
+    assert rows[1][OFFSET] == 2 and DELETE_MARKER not in rows[1]  # the tombstone's coordinates, meta kept
+    c.apply([{"id": 1, "name": "a2", TIMESTAMP: at.replace(hour=14)}])  # the key comes back
+    assert c.rows()[1][SOFT_DELETED] is False and c.rows()[1]["name"] == "a2"
+
+
+def test_dedup_inserts_only_keys_the_table_lacks_and_the_first_change_of_a_txn(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(mode="dedup"))
+    c.apply([{"id": 1, "name": "first"}, {"id": 1, "name": "duplicate"}, {"id": 2, "name": "b"}])
+    c.apply([{"id": 2, "name": "again"}, {"id": 3, "name": "c"}, {"id": 3, "name": "c-again"}])
+    assert _names(c.rows()) == {1: "first", 2: "b", 3: "c"}
+    assert c.history()[0]["operationParameters"]["matchedPredicates"] == "[]"
+
+
+def test_a_change_older_than_the_tables_row_by_the_order_field_never_overwrites_it(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, order_field="seq"))
+    c.apply([{"id": 1, "name": "a5", "seq": 5}, {"id": 1, "name": "a4", "seq": 4},  # in-txn: by seq, not offset
+             {"id": 2, "name": "b5", "seq": 5}, {"id": 3, "name": "c5", "seq": 5}])
+    assert _names(c.rows()) == {1: "a5", 2: "b5", 3: "c5"}
+    c.apply([{"id": 1, "name": "a3", "seq": 3},  # late update: ignored
+             {"id": 2, "delete": True, "seq": 2},  # late delete: ignored
+             {"id": 3, "name": "c6", "seq": 6}])  # newer: applied
+    assert {k: (v["name"], v["seq"]) for k, v in c.rows().items()} == {1: ("a5", 5), 2: ("b5", 5), 3: ("c6", 6)}
+    c.apply([{"id": 2, "delete": True, "seq": 7}])
+    assert sorted(c.rows()) == [1, 3]
+
+
+def test_a_commit_of_an_older_epoch_after_a_newer_claim_is_fenced_and_changes_nothing(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert())
+    c.apply([{"id": 1, "name": "a1"}])
+    newer = DeltaTableSink(str(c.table), APP, spark_factory=lambda: spark, upsert=_upsert())
+    assert newer.claim_epoch(newer.recover()) == 2
+    version = c.sink.table_version()
+    with pytest.raises(FencedError):
+        c.apply([{"id": 1, "name": "zombie"}])
+    assert c.sink.table_version() == version and _names(c.rows()) == {1: "a1"}
+    # below the claim-manifest fence, Delta's own: a MERGE at a txn version under the claim's is skipped
+    stale = c.status([{"id": 1, "name": "zombie"}], txn=3)
+    files = [(f, pa.schema([pa.field(n, TYPES[n]) for n in ("id", "name", PARTITION, OFFSET)])) for f in stale.files]
+    c.sink._merge(spark, txn_version(1, 3), (stale,), files, c.sink.arrow_schema(), c.sink.profile(), False, "{}")
+    assert c.sink.table_version() == version and _names(c.rows()) == {1: "a1"}
+    assert c.sink.txn_version() == txn_version(2, 0)
+
+
+def test_a_table_partitioned_by_a_key_column_is_merged_with_its_partitions_named(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(key_fields=("region", "id")), partition_by=("region",))
+    c.apply([{"region": r, "id": i, "name": f"{r}{i}"} for r in ("eu", "us", "ap") for i in range(3)])
+    assert deltalake.DeltaTable(str(c.table)).metadata().partition_columns == ["region"]
+    c.apply([{"region": "eu", "id": 1, "name": "eu1-new"}, {"region": "eu", "id": 7, "name": "eu7"}])
+    predicate = json.loads(c.history()[0]["operationParameters"]["predicate"])[0]
+    assert re.search(r"region#\d+ (= eu|IN \(eu\))\)*$", predicate), predicate  # the source's partitions only
+    log = [json.loads(line) for line in (c.table / "_delta_log" / f"{1:020d}.json").read_text().splitlines()]
+    touched = {a[k]["path"].split("/")[0] for a in log for k in ("add", "remove") if k in a}
+    assert touched == {"region=eu"}, touched  # no file of another partition read or rewritten
+    rows = {(r["region"], r["id"]): r["name"] for r in
+            spark.read.format("delta").load(str(c.table)).collect()}
+    assert len(rows) == 10 and rows[("eu", 1)] == "eu1-new" and rows[("eu", 7)] == "eu7" and rows[("us", 1)] == "us1"
+
+
+def test_statuses_keyed_by_different_fields_are_a_permanent_error(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(key_fields=()))
+    first = c.status([{"id": 1, "name": "a"}], partition=0, key_fields=("id",))
+    second = c.status([{"id": 2, "name": "b"}], partition=1, key_fields=("name",))
+    with pytest.raises(CommitError) as raised:
+        c.commit(first, second)
+    assert raised.value.permanent and "keyed by id" in str(raised.value) and "by name" in str(raised.value)
+    assert not c.sink.exists()
+
+
+def test_new_columns_need_schema_evolution(spark, tmp_path):
+    fixed = Changes(spark, tmp_path / "fixed", _upsert())
+    fixed.apply([{"id": 1, "name": "a"}])
+    with pytest.raises(CommitError) as raised:
+        fixed.apply([{"id": 1, "name": "a2", "extra": "x"}])
+    assert raised.value.permanent and "'extra'" in str(raised.value) and "schema.evolution=true" in str(raised.value)
+    evolving = Changes(spark, tmp_path / "evolving", _upsert(), evolve=True)
+    evolving.apply([{"id": 1, "name": "a"}, {"id": 2, "name": "b"}])
+    evolving.apply([{"id": 1, "name": "a2", "extra": "x"}])
+    assert {k: (v["name"], v["extra"]) for k, v in evolving.rows().items()} == {1: ("a2", "x"), 2: ("b", None)}
+    assert spark.conf.get(merge.AUTO_MERGE) == "false"
+
+
+def test_a_check_constraint_is_enforced_as_for_appends(spark, tmp_path):
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING, amount DOUBLE) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
+    stop = Changes(spark, table, _upsert())
+    stop.txn = 1  # the table exists: not a creation
+    with pytest.raises(ConstraintViolationError) as raised:
+        stop.apply([{"id": 1, "name": "a", "amount": 1.0}, {"id": 2, "name": "b", "amount": -1.0}])
+    assert "amount_nonneg" in str(raised.value) and "errors.tolerance=all" in str(raised.value)
+    assert stop.rows() == {}
+
+    lettered = []
+    tolerant = Changes(spark, table, _upsert(), errors_tolerance="all", dead_letter=lettered.extend)
+    tolerant.txn = 2  # txn version (1, 2) is the stopped commit's (its manifest is another instance's)
+    tolerant.apply([{"id": 1, "name": "a1", "amount": 1.0}, {"id": 1, "name": "a2", "amount": -5.0},
+                    {"id": 2, "name": "b", "amount": 2.0}])
+    # the violating change is dead-lettered as though it never came: the key's earlier change applies
+    assert {k: (v["name"], v["amount"]) for k, v in tolerant.rows().items()} == {1: ("a1", 1.0), 2: ("b", 2.0)}
+    assert [(v.constraint.name, json.loads(v.row)["name"]) for v in lettered] == [("amount_nonneg", "a2")]
+
+
+def test_a_column_mapped_table_is_merged_by_logical_names(spark, tmp_path):
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING) USING delta "
+              f"TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN name TO old_name")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD COLUMN (name STRING)")
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'kept', 'a0')")
+    c = Changes(spark, table, _upsert(delete_enabled=True))
+    c.txn = 1
+    c.apply([{"id": 1, "name": "a1"}, {"id": 2, "name": "b1"}])
+    assert {k: (v["old_name"], v["name"]) for k, v in c.rows().items()} == {1: ("kept", "a1"), 2: (None, "b1")}
+    c.apply([{"id": 1, "delete": True}])
+    assert sorted(c.rows()) == [2]
