@@ -166,3 +166,16 @@ def test_verify_passes_a_merged_keyed_table_and_names_a_duplicated_key(keyed_tab
     out = capsys.readouterr().out
     assert f"1 key(s) held by more than one row, e.g. id={victim} (2 rows)" in out
     assert "duplicated_keys=1" in out and "duplicated=0" in out and "result=FAILED" in out
+
+
+def test_status_of_a_keyed_table_counts_records_by_offsets(keyed_table, kafka_bootstrap, tmp_path) -> None:
+    from connector.app.status import collect, render
+    from connector.config import load_config
+
+    table, topic, changes, fold = keyed_table
+    status = collect(load_config(config(tmp_path, kafka_bootstrap, topic)))
+    ends = {p: max(c["offset"] for c in changes if c["partition"] == p) + 1 for p in (0, 1)}
+    assert [(p["partition"], p["committed"], p["high_watermark"], p["lag"]) for p in status["partitions"]] == \
+        [(p, ends[p], ends[p], 0) for p in (0, 1)]
+    assert status["total_lag"] == 0 and sum(ends.values()) == CHANGES > len(fold)
+    assert "write      upsert on the fields of the Kafka key: a row per key" in render(status)
