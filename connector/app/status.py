@@ -1,8 +1,11 @@
 """`lakesink status`: what the control topic and the table say about a connector, and its live lag.
 
 Read-only throughout: the control topic's recent tail (no topic created, no group joined), the table through
-`DeltaTableSink.committed` (never `recover`, which drops uncommitted manifests), watermarks through the
-AdminClient. Nothing here needs Spark.
+`DeltaTableSink.recover` (which leaves every manifest alone), watermarks through the AdminClient. Nothing here
+needs Spark.
+
+Committed offsets and lag count Kafka records. In a keyed table (`write.mode=upsert|dedup`) a row is a key, not a
+record, so status shows no row count of the table; the rows of the last commits are what each PROGRESS record says.
 """
 from __future__ import annotations
 
@@ -89,7 +92,8 @@ def control_view(messages: list[Message], now: float | None = None) -> dict[str,
 def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     """Everything `status` shows, as one JSON-ready dict."""
     out: dict[str, Any] = {"connector": cfg.name, "table_path": cfg.table_path, "control_topic": cfg.control_topic_name,
-                           "source_topics": list(cfg.kafka_topic_names), "problems": []}
+                           "source_topics": list(cfg.kafka_topic_names), "write_mode": cfg.write_mode,
+                           "key_fields": list(cfg.record_key_fields), "problems": []}
     try:
         messages = read_tail(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, TAIL,
                              dict(cfg.consumer_overrides))
@@ -146,6 +150,10 @@ def render(s: dict[str, Any]) -> str:
                                                              f"manifest(s)" if t["uncommitted_manifests"] else ""))
     else:
         lines.append("           does not exist yet (nothing committed)")
+    mode = s.get("write_mode", "append")
+    if mode != "append":
+        key = ", ".join(s.get("key_fields") or ()) or "the fields of the Kafka key"
+        lines.append(f"write      {mode} on {key}: a row per key; committed offsets and lag count Kafka records")
     c = s["control"]
     lines.append(f"control    {s['control_topic']}: {c['messages']} recent message(s) of this connector"
                  + (f", the newest {c['last_message_age_s']} s old" if c["last_message_age_s"] is not None else ""))

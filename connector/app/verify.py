@@ -16,6 +16,18 @@ reports per partition:
 Exit 0 only with no duplicates, nothing uncommitted, no gaps and nothing left unchecked (`--no-kafka` accepts
 unchecked offsets); 1 otherwise. The work is bounded: three columns are read, grouped and compared with
 pyarrow/numpy, never row by row in Python; Kafka is read only inside the missing ranges, up to a record budget.
+
+A keyed table (`write.mode=upsert|dedup`) holds one row per key, so most offsets are missing on purpose: a change
+that a later one for its key replaced, a delete, a duplicate that dedup skipped. There the missing offsets are
+**superseded**: counted, never gaps, and Kafka is not read for them. Instead the key columns are read too and
+grouped: a key held by more than one row (a soft-deleted row, `_deleted=true`, counts: a key is one row whatever
+its flag) is a **duplicated key**, and a row with a null key field a **null key**. Exit 0 only with no duplicated
+offsets, no duplicated or null keys and nothing uncommitted. The key columns are `record.key.fields`, else the
+table property `lakesink.key.fields`, else the fields of the Kafka key (the `_kafka_key` of a few rows, decoded as
+JSON objects); the report says which.
+
+The table is read through delta-rs's query engine, which applies deletion vectors (a MERGE leaves them in a table
+with `delta.enableDeletionVectors=true`).
 """
 from __future__ import annotations
 
@@ -29,9 +41,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.config import LakesinkConfig
-from connector.schema.columns import COORDINATES
+from connector.schema.columns import COORDINATES, KEY
 from connector.errors import LakesinkError
 from connector.storage.store import Store
+from connector.upsert import UpsertSpec
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +52,10 @@ DLQ_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__connec
 MERGE_DISTANCE = 10_000
 """Missing ranges closer than this many offsets are read from Kafka in one pass instead of one seek each."""
 SAMPLES = 10
+KEY_FIELDS_PROPERTY = "lakesink.key.fields"
+"""Table property naming a keyed table's key columns (comma-separated), when its writer records them."""
+KEY_SAMPLE_ROWS = 20
+"""How many rows' `_kafka_key` are decoded to learn the key's fields when neither the config nor the table names them."""
 
 
 class VerifyError(LakesinkError):
@@ -81,16 +98,138 @@ def read_committed(table_path: str, app_id: str, store=None) -> CommittedState:
     return CommittedState(dt, dt.version(), version, dict(offsets))
 
 
-def read_coordinates(snapshot) -> pa.Table:
-    """The three coordinate columns of every row, sorted by topic, partition, offset."""
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def read_columns(snapshot, columns, where: str = "", limit: int | None = None) -> pa.Table:
+    """`columns` of the table's live rows through delta-rs's query engine, which applies deletion vectors (the
+    pyarrow dataset of delta-rs refuses a table that has them). `where`: an SQL condition, `limit`: at most so many
+    rows."""
+    from deltalake import QueryBuilder
+
+    sql = f"SELECT {', '.join(_quoted(c) for c in columns)} FROM t"
+    if where:
+        sql += f" WHERE {where}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    reader = QueryBuilder().register("t", snapshot).execute(sql)
+    table = pa.RecordBatchReader.from_stream(reader).read_all()
+    schema = pa.schema(snapshot.schema().to_arrow())
+    # the engine answers in view types (string_view, ...), which pyarrow cannot sort: back to the table's types
+    return table.cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
+
+
+def read_coordinates(snapshot, keys: tuple[str, ...] = ()) -> pa.Table:
+    """The three coordinate columns of every row, and the key columns `keys`, sorted by topic, partition, offset."""
     names = set(pa.schema(snapshot.schema().to_arrow()).names)
     absent = [c for c in COORDINATES if c not in names]
     if absent:
         raise VerifyError(
             f"the table has no {', '.join(absent)} column(s): verify compares every row's source coordinates with "
             f"the committed offsets, which needs connect.meta.data=true from the table's first commit on")
-    table = snapshot.to_pyarrow_dataset().to_table(columns=list(COORDINATES))
+    table = read_columns(snapshot, [*COORDINATES, *(k for k in keys if k not in COORDINATES)])
     return table.sort_by([(c, "ascending") for c in COORDINATES])
+
+
+# --- keyed tables: which columns are the key, and which keys more than one row holds ----------------------
+
+@dataclass(frozen=True)
+class KeyColumns:
+    names: tuple[str, ...]
+    source: str
+    """Where the names came from, as the report says it."""
+
+
+def _connect_payload(value: object) -> object:
+    """A JSON value without the JSON converter's `{"schema": ..., "payload": ...}` wrapper."""
+    if type(value) is dict and len(value) == 2 and "schema" in value and "payload" in value:
+        return value["payload"]
+    return value
+
+
+def kafka_key_fields(keys: list[bytes | None]) -> tuple[str, ...]:
+    """The fields of the Kafka keys `keys` (JSON objects, wrapped by the JSON converter or not), which must all
+    have the same ones. Raises VerifyError when no key is such an object or two disagree."""
+    found: tuple[str, ...] | None = None
+    for raw in keys:
+        if raw is None:
+            continue
+        try:
+            obj = _connect_payload(json.loads(bytes(raw).decode("utf-8")))
+        except ValueError:  # UnicodeDecodeError included
+            continue
+        if type(obj) is not dict or not obj:
+            continue
+        fields = tuple(obj)
+        if found is not None and set(fields) != set(found):
+            raise VerifyError(
+                f"the rows' Kafka keys have different fields ({', '.join(found)} and {', '.join(fields)}), so the "
+                f"table's key columns cannot be told from them: set record.key.fields to the key columns")
+        found = found or fields
+    if found is None:
+        raise VerifyError(
+            "record.key.fields is empty, the table has no lakesink.key.fields property and no row's _kafka_key is a "
+            "JSON object: set record.key.fields to the table's key columns")
+    return found
+
+
+def key_columns(configured: tuple[str, ...], snapshot) -> KeyColumns:
+    """The key columns of a keyed table: `configured` (record.key.fields), else the table property
+    lakesink.key.fields, else the fields of the Kafka key of a few rows. Each must be a column of the table."""
+    if configured:
+        keys = KeyColumns(tuple(configured), "record.key.fields")
+    else:
+        prop = (snapshot.metadata().configuration or {}).get(KEY_FIELDS_PROPERTY) or ""
+        named = tuple(f.strip() for f in prop.split(",") if f.strip())
+        if named:
+            keys = KeyColumns(named, f"table property {KEY_FIELDS_PROPERTY}")
+        else:
+            if KEY not in pa.schema(snapshot.schema().to_arrow()).names:
+                raise VerifyError(
+                    f"record.key.fields is empty and the table has neither a {KEY_FIELDS_PROPERTY} property nor a "
+                    f"{KEY} column: set record.key.fields to the table's key columns")
+            sample = read_columns(snapshot, [KEY], where=f"{_quoted(KEY)} IS NOT NULL", limit=KEY_SAMPLE_ROWS)
+            keys = KeyColumns(kafka_key_fields(sample[KEY].to_pylist()),
+                              f"the fields of the Kafka key, from {sample.num_rows} row(s)' {KEY}")
+    names = pa.schema(snapshot.schema().to_arrow()).names
+    absent = [k for k in keys.names if k not in names]
+    if absent:
+        raise VerifyError(
+            f"key column(s) {', '.join(absent)} ({keys.source}) are not columns of the table: set record.key.fields "
+            f"to the table's key columns")
+    return keys
+
+
+@dataclass
+class KeyReport:
+    mode: str
+    key: tuple[str, ...]
+    key_source: str
+    duplicated_keys: int = 0
+    """Keys held by more than one row."""
+    duplicated_key_rows: int = 0
+    """Rows beyond the first of each duplicated key."""
+    null_keys: int = 0
+    """Rows with a null in a key column."""
+    duplicated_key_samples: list[dict] = field(default_factory=list)
+    """[{"key": {column: value}, "rows": n}], the keys in ascending order."""
+
+
+def analyse_keys(rows: pa.Table, keys: KeyColumns, mode: str) -> KeyReport:
+    """Group `rows` by the key columns: keys that more than one row holds, and rows with a null key field."""
+    names = list(keys.names)
+    rep = KeyReport(mode, keys.names, keys.source)
+    table = rows.select(names)
+    rep.null_keys = table.num_rows - table.drop_null().num_rows
+    counts = table.drop_null().group_by(names, use_threads=False).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts["count_all"], 1))
+    rep.duplicated_keys = dup.num_rows
+    rep.duplicated_key_rows = int(pc.sum(dup["count_all"]).as_py() or 0) - dup.num_rows
+    picked = dup.sort_by([(n, "ascending") for n in names]).slice(0, SAMPLES)
+    rep.duplicated_key_samples = [{"key": {n: r[n] for n in names}, "rows": r["count_all"]}
+                                  for r in picked.to_pylist()]
+    return rep
 
 
 # --- the per-partition analysis (pure: Arrow arrays in, numbers out) ------------------------------------
@@ -130,9 +269,12 @@ class PartitionReport:
     dead_lettered: int = 0
     gaps: int = 0
     unchecked: int = 0
+    superseded: int = 0
+    """Keyed tables: offsets below the committed one that no row holds (a later change of the key replaced them)."""
     gap_samples: list[int] = field(default_factory=list)
     duplicate_samples: list[int] = field(default_factory=list)
     uncommitted_samples: list[int] = field(default_factory=list)
+    superseded_samples: list[int] = field(default_factory=list)
     # the missing ranges [start, end) and the committed offsets present: inputs of classify_missing
     _starts: pa.Array = field(default_factory=_empty, repr=False)
     _ends: pa.Array = field(default_factory=_empty, repr=False)
@@ -147,9 +289,10 @@ class PartitionReport:
 
 
 def analyse_partition(topic: str, partition: int, offsets, committed: int | None,
-                      low: int | None = None) -> PartitionReport:
+                      low: int | None = None, keyed: bool = False) -> PartitionReport:
     """`offsets`: the sorted offsets of this partition's rows. `low`: the first offset the table should hold
-    (the log start when the connector reads from the earliest offset), else the smallest offset present."""
+    (the log start when the connector reads from the earliest offset), else the smallest offset present.
+    `keyed`: the offsets the table lacks are superseded, not missing."""
     offsets = _ints(offsets)
     n = len(offsets)
     rep = PartitionReport(topic, partition, committed, rows=n)
@@ -174,18 +317,32 @@ def analyse_partition(topic: str, partition: int, offsets, committed: int | None
     holes = pc.greater(pc.subtract(nxt, prev), 1)
     rep._starts, rep._ends = pc.add(prev.filter(holes), 1), nxt.filter(holes)
     rep._present = present
+    if keyed:
+        rep.superseded = _width(rep._starts, rep._ends)
+        rep.superseded_samples = _first_offsets(rep._starts, rep._ends, SAMPLES)
+        return rep
     rep.missing = _width(rep._starts, rep._ends)
     rep.unchecked = rep.missing
     return rep
 
 
+def _first_offsets(starts: pa.Array, ends: pa.Array, n: int) -> list[int]:
+    """The first `n` offsets of the ranges [start, end) (a loop over at most n ranges)."""
+    out: list[int] = []
+    for s, e in zip(starts.slice(0, n).to_pylist(), ends.slice(0, n).to_pylist()):
+        out.extend(range(s, min(e, s + n - len(out))))
+        if len(out) >= n:
+            break
+    return out
+
+
 def analyse(coords: pa.Table, committed: dict[tuple[str, int], int | None],
-            lows: dict[tuple[str, int], int] | None = None) -> list[PartitionReport]:
+            lows: dict[tuple[str, int], int] | None = None, keyed: bool = False) -> list[PartitionReport]:
     """Every partition in the table or in the committed offsets, from coordinates sorted as read_coordinates
-    sorts them."""
+    sorts them. `keyed`: a keyed table's (see analyse_partition)."""
     lows = lows or {}
     reports: dict[tuple[str, int], PartitionReport] = {}
-    valid = coords.drop_null()
+    valid = coords.select(list(COORDINATES)).drop_null()
     if valid.num_rows:
         topic_codes = pc.dictionary_encode(valid["_kafka_topic"].combine_chunks())
         topics = topic_codes.dictionary.to_pylist()
@@ -198,10 +355,11 @@ def analyse(coords: pa.Table, committed: dict[tuple[str, int], int | None],
         bounds = [0, *(i + 1 for i in pc.indices_nonzero(changed).to_pylist()), n]  # one per partition
         for a, b in zip(bounds[:-1], bounds[1:]):
             key = (topics[t_idx[a].as_py()], parts[a].as_py())
-            reports[key] = analyse_partition(key[0], key[1], offs.slice(a, b - a), committed.get(key), lows.get(key))
+            reports[key] = analyse_partition(key[0], key[1], offs.slice(a, b - a), committed.get(key), lows.get(key),
+                                             keyed)
     for key, offset in committed.items():
         if key not in reports:
-            reports[key] = analyse_partition(key[0], key[1], _empty(), offset, lows.get(key))
+            reports[key] = analyse_partition(key[0], key[1], _empty(), offset, lows.get(key), keyed)
     return [reports[k] for k in sorted(reports)]
 
 
@@ -390,41 +548,64 @@ class Report:
     partitions: list[PartitionReport]
     notes: list[str]
     accept_unchecked: bool = False
+    keys: KeyReport | None = None
+    """Set for a keyed table (write.mode=upsert|dedup)."""
 
     def totals(self) -> dict[str, int]:
-        keys = ("rows", "duplicated", "missing", "uncommitted", "gaps", "dead_lettered", "not_in_kafka", "expired",
-                "unchecked")
+        names = ("rows", "duplicated", "missing", "uncommitted", "gaps", "dead_lettered", "not_in_kafka", "expired",
+                 "unchecked", "superseded")
         out = {"partitions": len(self.partitions)}
-        out.update({k: sum(getattr(p, k) for p in self.partitions) for k in keys})
+        out.update({k: sum(getattr(p, k) for p in self.partitions) for k in names})
+        if self.keys is not None:
+            out.update(duplicated_keys=self.keys.duplicated_keys, duplicated_key_rows=self.keys.duplicated_key_rows,
+                       null_keys=self.keys.null_keys)
         return out
 
     @property
     def ok(self) -> bool:
         t = self.totals()
-        return (t["duplicated"] == 0 and t["uncommitted"] == 0 and t["gaps"] == 0
+        keys_ok = self.keys is None or (self.keys.duplicated_keys == 0 and self.keys.null_keys == 0)
+        return (t["duplicated"] == 0 and t["uncommitted"] == 0 and t["gaps"] == 0 and keys_ok
                 and (t["unchecked"] == 0 or self.accept_unchecked))
 
     def summary(self) -> str:
         t = self.totals()
+        result = f"result={'ok' if self.ok else 'FAILED'}"
+        if self.keys is not None:
+            return (f"verify: mode={self.keys.mode} key={','.join(self.keys.key)} partitions={t['partitions']} "
+                    f"rows={t['rows']} duplicated={t['duplicated']} uncommitted={t['uncommitted']} "
+                    f"superseded={t['superseded']} duplicated_keys={t['duplicated_keys']} null_keys={t['null_keys']} "
+                    f"{result}")
         return (f"verify: partitions={t['partitions']} rows={t['rows']} duplicated={t['duplicated']} "
                 f"missing={t['missing']} uncommitted={t['uncommitted']} gaps={t['gaps']} "
-                f"unchecked={t['unchecked']} result={'ok' if self.ok else 'FAILED'}")
+                f"unchecked={t['unchecked']} {result}")
 
     def to_json(self) -> dict:
-        return {"table": self.table_path, "connector": self.connector, "table_exists": self.table_exists,
-                "table_version": self.table_version, "txn_version": self.txn_version, "kafka": self.kafka,
-                "ok": self.ok, "totals": self.totals(), "notes": self.notes,
-                "partitions": [p.public() for p in self.partitions]}
+        out = {"table": self.table_path, "connector": self.connector, "table_exists": self.table_exists,
+               "table_version": self.table_version, "txn_version": self.txn_version, "kafka": self.kafka,
+               "ok": self.ok, "totals": self.totals(), "notes": self.notes,
+               "partitions": [p.public() for p in self.partitions]}
+        if self.keys is not None:
+            out["keys"] = asdict(self.keys)
+        return out
 
     def render(self) -> str:
-        head = ("topic", "part", "committed", "rows", "dup", "uncommitted", "missing", "not-in-kafka", "expired",
-                "dlq", "gaps", "unchecked")
-        rows = [head] + [(p.topic, str(p.partition), "-" if p.committed is None else str(p.committed), str(p.rows),
-                          str(p.duplicated), str(p.uncommitted), str(p.missing), str(p.not_in_kafka), str(p.expired),
-                          str(p.dead_lettered), str(p.gaps), str(p.unchecked)) for p in self.partitions]
+        if self.keys is None:
+            head = ("topic", "part", "committed", "rows", "dup", "uncommitted", "missing", "not-in-kafka", "expired",
+                    "dlq", "gaps", "unchecked")
+            cells = [(p.rows, p.duplicated, p.uncommitted, p.missing, p.not_in_kafka, p.expired, p.dead_lettered,
+                      p.gaps, p.unchecked) for p in self.partitions]
+        else:
+            head = ("topic", "part", "committed", "rows", "dup", "uncommitted", "superseded")
+            cells = [(p.rows, p.duplicated, p.uncommitted, p.superseded) for p in self.partitions]
+        rows = [head] + [(p.topic, str(p.partition), "-" if p.committed is None else str(p.committed),
+                          *(str(c) for c in cs)) for p, cs in zip(self.partitions, cells)]
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [f"table {self.table_path} (connector {self.connector}): Delta version {self.table_version}, "
                  f"lakesink txn version {self.txn_version}; Kafka: {self.kafka}"]
+        if self.keys is not None:
+            lines.append(f"keyed table (write.mode={self.keys.mode}), key {', '.join(self.keys.key)} "
+                         f"({self.keys.key_source}): offsets the table lacks are superseded, not gaps")
         lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   for r in rows]
         for p in self.partitions:
@@ -435,6 +616,14 @@ class Report:
                 lines.append(f"  {tp}: rows at or beyond committed offset {p.committed}, e.g. {p.uncommitted_samples}")
             if p.gap_samples:
                 lines.append(f"  {tp}: records in Kafka but neither in the table nor dead-lettered, e.g. {p.gap_samples}")
+            if p.superseded_samples:
+                lines.append(f"  {tp}: superseded offsets, e.g. {p.superseded_samples}")
+        if self.keys is not None and self.keys.duplicated_keys:
+            shown = "; ".join(", ".join(f"{k}={v!r}" for k, v in s["key"].items()) + f" ({s['rows']} rows)"
+                              for s in self.keys.duplicated_key_samples)
+            lines.append(f"  {self.keys.duplicated_keys} key(s) held by more than one row, e.g. {shown}")
+        if self.keys is not None and self.keys.null_keys:
+            lines.append(f"  {self.keys.null_keys} row(s) with a null key column")
         lines += [f"  note: {n}" for n in self.notes]
         lines.append(self.summary())
         return "\n".join(lines)
@@ -447,11 +636,14 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
             f"connector {cfg.name!r} runs with connect.meta.data=false: its rows carry no _kafka_topic/_kafka_partition/"
             f"_kafka_offset columns, so verify cannot compare them with the committed offsets. Set "
             f"connect.meta.data=true (it applies to a new table; an existing table keeps its schema)")
+    spec = UpsertSpec.from_config(cfg)
     state = read_committed(cfg.table_path, cfg.name, Store.for_config(cfg))
     if state.snapshot is None:
         return Report(cfg.table_path, cfg.name, False, None, None, "not needed", [],
                       ["the table does not exist yet: nothing was committed, nothing to verify"])
-    coords = read_coordinates(state.snapshot)
+    keys = key_columns(spec.key_fields, state.snapshot) if spec.keyed else None
+    rows = read_coordinates(state.snapshot, keys.names if keys else ())
+    coords = rows.select(list(COORDINATES))
     nulls = coords.num_rows - coords.drop_null().num_rows
     notes: list[str] = []
     if state.txn_version is None:
@@ -469,17 +661,19 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
             kafka.close()
             kafka = None
     try:
-        keys = set(state.offsets)
+        partitions = set(state.offsets)
         if kafka is not None:
             present = coords.drop_null().group_by(["_kafka_topic", "_kafka_partition"]).aggregate([])
-            keys |= set(zip(present["_kafka_topic"].to_pylist(), present["_kafka_partition"].to_pylist()))
-            for key in sorted(keys):
+            partitions |= set(zip(present["_kafka_topic"].to_pylist(), present["_kafka_partition"].to_pylist()))
+            for key in sorted(partitions):
                 wm = kafka.watermarks(*key)
                 if wm is not None:
                     marks[key] = wm
         lows = {k: wm[0] for k, wm in marks.items()} if cfg.kafka_auto_offset_reset == "earliest" else {}
-        reports = analyse(coords, state.offsets, lows)
-        if kafka is not None:
+        reports = analyse(coords, state.offsets, lows, keyed=spec.keyed)
+        if kafka is not None and spec.keyed:
+            kafka_status += ", watermarks only (superseded offsets are not read)"
+        elif kafka is not None:
             notes += classify_missing(reports, kafka, cfg, marks)
             kafka_status += f", {kafka.records_read} record(s) read"
     finally:
@@ -488,8 +682,9 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
     if nulls:
         notes.append(f"{nulls} row(s) have no source coordinates (null _kafka_* values): they were not written by "
                      f"lakesink")
+    key_report = analyse_keys(rows, keys, spec.mode) if keys is not None else None
     report = Report(cfg.table_path, cfg.name, True, state.table_version, state.txn_version, kafka_status, reports,
-                    notes, accept_unchecked=not use_kafka)
+                    notes, accept_unchecked=not use_kafka, keys=key_report)
     if nulls:
         report.partitions.append(PartitionReport("<null>", -1, None, rows=nulls, uncommitted=nulls))
     return report
@@ -498,7 +693,7 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
 def main(cfg: LakesinkConfig, as_json: bool = False, use_kafka: bool = True) -> int:
     report = verify(cfg, use_kafka=use_kafka)
     if as_json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_json(), indent=2, default=str))  # key values may be dates or decimals
     else:
         print(report.render())
     return 0 if report.ok else 1

@@ -100,3 +100,25 @@ def test_a_coordinator_that_gave_up_shows_its_error_until_a_new_one_starts():
     assert "FAILED" not in render({"connector": "c", "table_path": "/x", "control_topic": "ctl",
                                    "table": {"exists": False}, "control": restarted, "partitions": [],
                                    "total_lag": 0, "problems": []})
+
+
+def test_a_keyed_connector_shows_its_key_and_offsets_not_rows_as_records():
+    # txn 4 applied 20 changes that left 3 rows; the offsets say 10 records of t-0 are committed, 15 to go
+    progress = Progress("c", 2, 4, payload={"txn": 4, "epoch": 2, "rows": 3, "table_version": 17, "lag": 15},
+                        sent_at=T0)
+    status = {
+        "connector": "c", "table_path": "/tables/users", "control_topic": "ctl", "problems": [],
+        "write_mode": "upsert", "key_fields": [],
+        "table": {"exists": True, "delta_version": 17, "epoch": 2, "txn": 4, "txn_version": (2 << 32) | 4,
+                  "uncommitted_manifests": 0},
+        "control": control_view([progress], now=T0 + 1),
+        "partitions": [{"topic": "t", "partition": 0, "committed": 10, "high_watermark": 25, "lag": 15}],
+        "total_lag": 15,
+    }
+    text = render(status)
+    assert "write      upsert on the fields of the Kafka key: a row per key; committed offsets and lag count Kafka " \
+           "records" in text
+    assert [line.split() for line in text.splitlines() if line.startswith("t-0")] == [["t-0", "10", "25", "15"]]
+    assert [line.split() for line in text.splitlines() if line.lstrip().startswith("4 ")][0][:3] == ["4", "2", "3"]
+    assert "upsert on id, tenant:" in render({**status, "key_fields": ["id", "tenant"], "write_mode": "upsert"})
+    assert not any(line.startswith("write ") for line in render({**status, "write_mode": "append"}).splitlines())

@@ -344,3 +344,163 @@ def test_an_epoch_claim_overtaken_by_an_older_commit_reads_that_commits_offsets(
         {"version": txn_version(2, 0), "txn": 0, "offsets": [{"topic": T, "partition": 0, "offset": 20}],
          "base_version": txn_version(1, 2), "base_table_version": 1}))
     assert DeltaTableSink(str(path), "sink").recover().offsets == {(T, 0): 20}
+
+
+# --- keyed tables (write.mode=upsert|dedup) --------------------------------------------------------------------
+
+def test_keyed_partition_counts_missing_offsets_as_superseded() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 3, 4, 4, 9, 12), committed=12, keyed=True)
+    assert rep.superseded == 8  # 1 2 5 6 7 8 10 11
+    assert rep.superseded_samples == [1, 2, 5, 6, 7, 8, 10, 11]
+    assert (rep.missing, rep.unchecked, rep.gaps) == (0, 0, 0)
+    # a duplicated offset and a row beyond the committed offset stay defects in a keyed table
+    assert (rep.duplicated, rep.duplicate_samples) == (1, [4])
+    assert (rep.uncommitted, rep.uncommitted_samples) == (1, [12])
+
+
+def test_superseded_samples_stop_at_the_sample_size() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 100), committed=1000, keyed=True)
+    assert rep.superseded == 998
+    assert rep.superseded_samples == list(range(1, 1 + verify.SAMPLES))
+
+
+def test_analyse_keyed_adds_committed_partitions_without_rows() -> None:
+    reports = analyse(coords([("a", 0, 5), ("a", 0, 8)]), {("a", 0): 10, ("a", 1): 4}, lows={("a", 1): 0},
+                      keyed=True)
+    by = {r.key: r for r in reports}
+    assert (by[("a", 0)].superseded, by[("a", 1)].superseded) == (3, 4)  # 6 7 9; 0..3 from the log start
+    assert all(r.missing == 0 for r in reports)
+
+
+def key_rows(ids: list, **more) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), **more})
+
+
+def test_duplicated_keys_are_counted_and_sampled() -> None:
+    rows = key_rows([1, 2, 2, 3, 3, 3, 4], _deleted=pa.array([False, False, True, False, False, False, False]))
+    rep = verify.analyse_keys(rows, verify.KeyColumns(("id",), "record.key.fields"), "upsert")
+    # key 2: a live row and a soft-deleted one are still two rows of one key
+    assert (rep.duplicated_keys, rep.duplicated_key_rows, rep.null_keys) == (2, 3, 0)
+    assert rep.duplicated_key_samples == [{"key": {"id": 2}, "rows": 2}, {"key": {"id": 3}, "rows": 3}]
+
+
+def test_keys_of_several_columns_and_null_keys() -> None:
+    rows = pa.table({"tenant": ["a", "a", "b", None, "b"], "id": pa.array([1, 1, 1, 1, None], pa.int64())})
+    rep = verify.analyse_keys(rows, verify.KeyColumns(("tenant", "id"), "record.key.fields"), "dedup")
+    assert (rep.duplicated_keys, rep.duplicated_key_rows, rep.null_keys) == (1, 1, 2)
+    assert rep.duplicated_key_samples == [{"key": {"tenant": "a", "id": 1}, "rows": 2}]
+
+
+def test_a_table_of_unique_keys_has_no_duplicated_keys() -> None:
+    rep = verify.analyse_keys(key_rows(list(range(100_000))), verify.KeyColumns(("id",), "x"), "upsert")
+    assert (rep.duplicated_keys, rep.duplicated_key_rows, rep.null_keys, rep.duplicated_key_samples) == (0, 0, 0, [])
+
+
+def test_kafka_key_fields_with_and_without_the_json_converters_wrapper() -> None:
+    wrapped = json.dumps({"schema": {"type": "struct"}, "payload": {"tenant": "a", "id": 1}}).encode()
+    plain = json.dumps({"id": 2, "tenant": "b"}).encode()
+    assert verify.kafka_key_fields([None, b"not json", b"7", wrapped, plain]) == ("tenant", "id")
+    with pytest.raises(verify.VerifyError, match="different fields .*set record.key.fields"):
+        verify.kafka_key_fields([plain, json.dumps({"id": 3}).encode()])
+    with pytest.raises(verify.VerifyError, match="set record.key.fields"):
+        verify.kafka_key_fields([None, b"[1]", b"{}"])
+
+
+KEYED = {"write.mode": "upsert"}
+
+
+def kafka_key(value: int, wrapped: bool = True) -> bytes:
+    key = {"id": value}
+    return json.dumps({"schema": {"type": "struct", "fields": []}, "payload": key} if wrapped else key).encode()
+
+
+def write_keyed_table(path: Path, rows: list[tuple[int, int, int]], committed: dict | None = None,
+                      properties: dict | None = None, deleted: list[bool] | None = None) -> None:
+    """A table the way an upsert leaves it: one row per key (partition, offset, id), the Kafka key in _kafka_key,
+    one lakesink txn and its manifest."""
+    import deltalake
+
+    data = {"id": pa.array([r[2] for r in rows], pa.int64()),
+            "name": pa.array([f"n{r[2]}" for r in rows], pa.string()),
+            "_kafka_topic": pa.array([T] * len(rows), pa.string()),
+            "_kafka_partition": pa.array([r[0] for r in rows], pa.int32()),
+            "_kafka_offset": pa.array([r[1] for r in rows], pa.int64()),
+            "_kafka_key": pa.array([kafka_key(r[2]) for r in rows], pa.binary())}
+    if deleted is not None:
+        data["_deleted"] = pa.array(deleted, pa.bool_())
+    version = txn_version(1, 3)
+    deltalake.write_deltalake(str(path), pa.table(data), mode="append", commit_properties=deltalake.CommitProperties(
+        app_transactions=[deltalake.Transaction("sink", version)]))
+    if properties:
+        deltalake.DeltaTable(str(path)).alter.set_table_properties(properties, raise_if_not_exists=False)
+    commits = path / "_lakesink" / "sink" / "commits"
+    commits.mkdir(parents=True, exist_ok=True)
+    body = {"version": version, "offsets": [{"topic": t, "partition": p, "offset": o}
+                                            for (t, p), o in (committed or {}).items()]}
+    (commits / f"{version:020d}.json").write_text(json.dumps(body))
+
+
+def test_key_columns_come_from_the_config_then_the_table_then_the_kafka_key(tmp_path) -> None:
+    import deltalake
+
+    write_keyed_table(tmp_path / "a", [(0, 0, 1), (0, 1, 2)])
+    dt = deltalake.DeltaTable(str(tmp_path / "a"))
+    assert verify.key_columns(("name",), dt) == verify.KeyColumns(("name",), "record.key.fields")
+    assert verify.key_columns((), dt) == verify.KeyColumns(("id",), "the fields of the Kafka key, from 2 row(s)' "
+                                                                    "_kafka_key")
+    write_keyed_table(tmp_path / "b", [(0, 0, 1)], properties={"lakesink.key.fields": "name, id"})
+    assert verify.key_columns((), deltalake.DeltaTable(str(tmp_path / "b"))) == \
+        verify.KeyColumns(("name", "id"), "table property lakesink.key.fields")
+    with pytest.raises(verify.VerifyError, match=r"key column\(s\) sku \(record.key.fields\) are not columns"):
+        verify.key_columns(("sku",), dt)
+
+
+def test_cli_keyed_table_with_superseded_offsets_exits_0(tmp_path, capsys) -> None:
+    # partition 0: offsets 0..9, ids 1..3 changed repeatedly; the table keeps each key's last change
+    write_keyed_table(tmp_path / "events", [(0, 4, 1), (0, 8, 2), (0, 9, 3), (1, 2, 4)],
+                      committed={(T, 0): 10, (T, 1): 5})
+    assert run_cli("--config", str(config_file(tmp_path, **KEYED)), "--no-kafka") == 0
+    out = capsys.readouterr().out
+    assert "key id (the fields of the Kafka key, from 4 row(s)' _kafka_key)" in out
+    assert "verify: mode=upsert key=id partitions=2 rows=4 duplicated=0 uncommitted=0 superseded=5 " \
+           "duplicated_keys=0 null_keys=0 result=ok" in out  # 5 6 7 and 3 4: without the broker, from the first row
+    assert "events-0: superseded offsets, e.g. [5, 6, 7]" in out
+
+
+def test_cli_keyed_table_with_a_duplicated_key_exits_1_naming_it(tmp_path, capsys) -> None:
+    # key 2 twice: once live, once soft-deleted
+    write_keyed_table(tmp_path / "events", [(0, 1, 1), (0, 3, 2), (0, 6, 2), (0, 7, 3)], committed={(T, 0): 8},
+                      deleted=[False, True, False, False])
+    assert run_cli("--config", str(config_file(tmp_path, **KEYED, **{"record.key.fields": "id"})), "--no-kafka") == 1
+    out = capsys.readouterr().out
+    assert "1 key(s) held by more than one row, e.g. id=2 (2 rows)" in out
+    assert "duplicated_keys=1" in out and "result=FAILED" in out
+    assert run_cli("--config", str(config_file(tmp_path, **KEYED, **{"record.key.fields": "id"})), "--no-kafka",
+                   "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["keys"]["duplicated_key_samples"] == [{"key": {"id": 2}, "rows": 2}]
+    assert report["keys"]["key_source"] == "record.key.fields"
+    assert report["totals"]["superseded"] == 3 and report["totals"]["missing"] == 0  # 2 4 5
+
+
+def test_keyed_verify_reads_no_kafka_records_and_leaves_nothing_unchecked(tmp_path) -> None:
+    write_keyed_table(tmp_path / "events", [(0, 5, 1)], committed={(T, 0): 10})
+    report = verify.verify(config_from_dict({"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1",
+                                             "kafka.topic.names": T, "target.base.path": str(tmp_path),
+                                             "target.table.name": "events", **KEYED}), kafka_timeout_s=1.0)
+    assert report.kafka.startswith("unreachable")
+    t = report.totals()
+    assert (t["superseded"], t["missing"], t["unchecked"], t["gaps"]) == (4, 0, 0, 0)  # 6..9; before 5: unknown
+    assert report.ok
+
+
+def test_keyed_rows_beyond_the_committed_offset_fail(tmp_path, capsys) -> None:
+    write_keyed_table(tmp_path / "events", [(0, 1, 1), (0, 12, 2)], committed={(T, 0): 10})
+    assert run_cli("--config", str(config_file(tmp_path, **KEYED)), "--no-kafka") == 1
+    assert "uncommitted=1" in capsys.readouterr().out
+
+
+def test_keyed_table_without_any_way_to_find_its_key_is_refused_clearly(tmp_path, capsys) -> None:
+    write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1})  # no _kafka_key column
+    assert run_cli("--config", str(config_file(tmp_path, **KEYED)), "--no-kafka") == 1
+    assert "set record.key.fields to the table's key columns" in capsys.readouterr().err
