@@ -103,8 +103,10 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
             merge = merge.whenMatchedUpdate(condition=f"{delete} AND {newer}", set=tombstone)
         elif plan.deletes:
             merge = merge.whenMatchedDelete(condition=f"{delete} AND {newer}")
-        merge = (merge.whenMatchedUpdate(condition=f"NOT {delete} AND {newer}", set=assign)
-                 .whenNotMatchedInsert(condition=f"NOT {delete}", values=assign))
+        merge = merge.whenMatchedUpdate(condition=f"NOT {delete} AND {newer}", set=assign)
+        # a soft delete of a key the table lacks is kept as a deleted row: its order value keeps a late, older
+        # change of that key from inserting it
+        merge = merge.whenNotMatchedInsert(condition=None if spec.soft_delete else f"NOT {delete}", values=assign)
     settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: user_metadata}
     if evolve:
         settings[AUTO_MERGE] = "true"
@@ -114,11 +116,12 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
 
 def create(src, plan: MergePlan, table_path: str, partition_by: tuple[str, ...], app_id: str, version: int,
            user_metadata: str) -> None:
-    """Create the table with the txn's collapsed source minus its deletes, in one commit with the txn action,
+    """Create the table with the txn's collapsed source minus its deletes (soft deletes stay, as deleted rows), in one commit with the txn action,
     deletion vectors on (a MERGE then marks deleted rows instead of rewriting files)."""
     from pyspark.sql import functions as F
 
-    rows = src.where(~F.col(DELETE_MARKER)).select(*[F.col(_q(c)) for c in plan.columns])
+    rows = src if plan.spec.soft_delete else src.where(~F.col(DELETE_MARKER))
+    rows = rows.select(*[F.col(_q(c)) for c in plan.columns])
     writer = (rows.write.format("delta").mode("errorifexists").option("txnAppId", app_id)
               .option("txnVersion", version).option("userMetadata", user_metadata))
     for key, value in NEW_TABLE_PROPERTIES.items():

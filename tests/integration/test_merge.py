@@ -179,6 +179,18 @@ def test_soft_deletes_keep_the_row_marked_with_the_deletes_time(spark, tmp_path)
     assert rows[1][OFFSET] == 2 and DELETE_MARKER not in rows[1]  # the tombstone's coordinates, meta kept
     c.apply([{"id": 1, "name": "a2", TIMESTAMP: at.replace(hour=14)}])  # the key comes back
     assert c.rows()[1][SOFT_DELETED] is False and c.rows()[1]["name"] == "a2"
+    c.apply([{"id": 9, "delete": True, TIMESTAMP: at}])  # a key the table lacks: kept as a deleted row
+    assert c.rows()[9][SOFT_DELETED] is True and c.rows()[9]["name"] is None
+
+
+def test_a_soft_delete_of_a_key_the_table_lacks_keeps_a_later_older_change_out(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", order_field="seq"))
+    c.apply([{"id": 1, "delete": True, "seq": 7}, {"id": 2, "name": "b1", "seq": 1}])  # the table's first txn
+    c.apply([{"id": 1, "name": "a5", "seq": 5}, {"id": 3, "delete": True, "seq": 4}])
+    c.apply([{"id": 3, "name": "c3", "seq": 3}, {"id": 1, "name": "a8", "seq": 8}])
+    live = {k: v["name"] for k, v in c.rows().items() if not v[SOFT_DELETED]}
+    assert live == {1: "a8", 2: "b1"}
+    assert c.rows()[3][SOFT_DELETED] is True
 
 
 def test_dedup_inserts_only_keys_the_table_lacks_and_the_first_change_of_a_txn(spark, tmp_path):
