@@ -154,9 +154,9 @@ def table_offsets(table) -> "list[tuple[str, int, int]]":
     dt = open_table(table)
     if dt is None:
         return []
-    import pyarrow as pa
+    from connector.app.verify import read_columns
 
-    data = pa.table(dt.to_pyarrow_dataset().to_table(columns=["_kafka_topic", "_kafka_partition", "_kafka_offset"]))
+    data = read_columns(dt, ["_kafka_topic", "_kafka_partition", "_kafka_offset"])  # deletion vectors applied
     return list(zip(data.column(0).to_pylist(), data.column(1).to_pylist(), data.column(2).to_pylist()))
 
 

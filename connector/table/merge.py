@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from connector.faults import fault_during
 from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
 from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 
@@ -110,7 +111,7 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
     settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: user_metadata}
     if evolve:
         settings[AUTO_MERGE] = "true"
-    with session_settings(spark, settings):
+    with session_settings(spark, settings), fault_during("coordinator.during-merge"):
         merge.execute()
 
 
