@@ -44,7 +44,7 @@ from connector.config import LakesinkConfig
 from connector.schema.columns import COORDINATES, KEY
 from connector.errors import LakesinkError
 from connector.storage.store import Store
-from connector.upsert import UpsertSpec
+from connector.upsert import UpsertSpec, connect_payload
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +141,6 @@ class KeyColumns:
     """Where the names came from, as the report says it."""
 
 
-def _connect_payload(value: object) -> object:
-    """A JSON value without the JSON converter's `{"schema": ..., "payload": ...}` wrapper."""
-    if type(value) is dict and len(value) == 2 and "schema" in value and "payload" in value:
-        return value["payload"]
-    return value
-
-
 def kafka_key_fields(keys: list[bytes | None]) -> tuple[str, ...]:
     """The fields of the Kafka keys `keys` (JSON objects, wrapped by the JSON converter or not), which must all
     have the same ones. Raises VerifyError when no key is such an object or two disagree."""
@@ -156,7 +149,7 @@ def kafka_key_fields(keys: list[bytes | None]) -> tuple[str, ...]:
         if raw is None:
             continue
         try:
-            obj = _connect_payload(json.loads(bytes(raw).decode("utf-8")))
+            obj = connect_payload(json.loads(bytes(raw).decode("utf-8")))
         except ValueError:  # UnicodeDecodeError included
             continue
         if type(obj) is not dict or not obj:
