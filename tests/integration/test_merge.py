@@ -17,7 +17,6 @@ from connector.config import config_from_dict
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
-from connector.storage.store import Location, Store
 from connector.table import merge
 from connector.table.sink import DeltaTableSink, txn_tag
 from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
@@ -303,3 +302,15 @@ def test_a_column_mapped_table_is_merged_by_logical_names(spark, tmp_path):
     assert {k: (v["old_name"], v["name"]) for k, v in c.rows().items()} == {1: ("kept", "a1"), 2: (None, "b1")}
     c.apply([{"id": 1, "delete": True}])
     assert sorted(c.rows()) == [2]
+
+
+def test_a_generated_column_is_computed_for_merged_rows(spark, tmp_path):
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING, amount DOUBLE, "
+              f"twice DOUBLE GENERATED ALWAYS AS (amount * 2)) USING delta")
+    c = Changes(spark, table, _upsert())
+    c.txn = 1
+    c.apply([{"id": 1, "name": "a1", "amount": 1.5}, {"id": 2, "name": "b1", "amount": 2.0}])
+    c.apply([{"id": 1, "name": "a2", "amount": 4.0}, {"id": 3, "name": "c1", "amount": 0.5}])
+    assert {k: (v["amount"], v["twice"]) for k, v in c.rows().items()} == {1: (4.0, 8.0), 2: (2.0, 4.0),
+                                                                            3: (0.5, 1.0)}
