@@ -61,7 +61,7 @@ def test_sigkill_mid_stream_twice_then_restart(kafka_bootstrap, make_topic, tmp_
     topic = make_topic(partitions=4)
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"transaction.interval.ms": 1500})
     table = _table(tmp_path)
-    producer = PacedProducer(kafka_bootstrap, topic, 100_000, partitions=4, seconds=60)
+    producer = PacedProducer(kafka_bootstrap, topic, 50_000, partitions=4, seconds=35)
     for round_ in range(2):
         with LakesinkProcess("run", config, tmp_path / f"run{round_}.log") as proc:
             before = len(table_offsets(table))
@@ -73,12 +73,12 @@ def test_sigkill_mid_stream_twice_then_restart(kafka_bootstrap, make_topic, tmp_
         mid = audit(table, {})
         assert mid["duplicated"] == 0, mid
     produced = producer.join()
-    assert sum(produced.values()) == 100_000
+    assert sum(produced.values()) == 50_000
     expected = _expected(topic, produced)
     with LakesinkProcess("run", config, tmp_path / "final.log") as proc:
         wait_until(_drained(table, expected, [proc]), DRAIN_S, "every record exactly once after two kills",
                    interval_s=2)
-    assert audit(table, expected) == {"rows": 100_000, "missing": 0, "duplicated": 0, "unexpected": 0}
+    assert audit(table, expected) == {"rows": 50_000, "missing": 0, "duplicated": 0, "unexpected": 0}
 
 
 def test_idle_partition_does_not_stall_commits(kafka_bootstrap, make_topic, tmp_path):
