@@ -36,10 +36,6 @@ class MergePlan:
     keys: tuple[str, ...]
     columns: tuple[str, ...]
 
-    @property
-    def deletes(self) -> bool:
-        return self.spec.delete_enabled
-
 
 def table_columns(spec: UpsertSpec, staged: pa.Schema) -> pa.Schema:
     """The columns of staged rows with `staged` that reach the table: no `DELETE_MARKER`, no `_kafka_*` without
@@ -98,11 +94,11 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
     if spec.mode == "dedup":
         merge = merge.whenNotMatchedInsert(condition=f"NOT {delete}", values=assign)
     else:
-        if plan.deletes and spec.soft_delete:
+        if spec.soft_delete:
             tombstone = {_q(c): f"s.{_q(c)}" for c in plan.columns
                          if c in (SOFT_DELETED, SOFT_DELETED_AT, spec.order_column) or c in META_COLUMNS}
             merge = merge.whenMatchedUpdate(condition=f"{delete} AND {newer}", set=tombstone)
-        elif plan.deletes:
+        elif spec.delete_enabled:
             merge = merge.whenMatchedDelete(condition=f"{delete} AND {newer}")
         merge = merge.whenMatchedUpdate(condition=f"NOT {delete} AND {newer}", set=assign)
         # a soft delete of a key the table lacks is kept as a deleted row: its order value keeps a late, older

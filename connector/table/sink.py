@@ -515,7 +515,7 @@ class DeltaTableSink:
         reported = {}
         for s in statuses:
             if any(f.rows for f in s.files):
-                reported.setdefault(tuple(getattr(s, "key_fields", ())), f"{s.topic}-{s.partition}")
+                reported.setdefault(tuple(s.key_fields), f"{s.topic}-{s.partition}")
         if len(reported) > 1:
             (a, where_a), (b, where_b) = list(reported.items())[:2]
             raise CommitError(f"the records of {where_a} are keyed by {','.join(a) or 'nothing'} and those of "
