@@ -136,6 +136,27 @@ def open_table(table):
     return store.delta_table()
 
 
+def lakesink_commits(table) -> "list[tuple[int, int, int, str]]":
+    """(table version, epoch, txn, instance) of every lakesink commit in the Delta log (a local path or a Store),
+    oldest first, read from the log files themselves. delta-rs's `history()` numbers its entries downwards from
+    the version its snapshot was loaded at but reads commits the store has now: while a coordinator commits, every
+    entry it returns can carry the wrong version."""
+    from connector.storage.store import Location, Store
+
+    store = table if isinstance(table, Store) else Store(Location.parse(str(table)))
+    out = []
+    for info in store.list("_delta_log"):
+        name = info.path.rsplit("/", 1)[-1]
+        if not (name.endswith(".json") and name[:-5].isdigit()):
+            continue
+        for line in (store.read_bytes(f"_delta_log/{name}") or b"").splitlines():
+            meta = json.loads(line).get("commitInfo", {}).get("userMetadata")
+            lakesink = json.loads(meta).get("lakesink") if meta and meta.startswith("{") else None
+            if isinstance(lakesink, dict):
+                out.append((int(name[:-5]), lakesink["epoch"], lakesink["txn"], lakesink["instance"]))
+    return sorted(out)
+
+
 def files_in_flight(table) -> "list[str]":
     """Data files in the table location (a local path or a Store) that the table does not reference (yet): a
     transaction written by participants and not committed."""

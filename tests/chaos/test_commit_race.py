@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.harness import chaos_config, open_table, wait_until
+from bench.harness import chaos_config, lakesink_commits, open_table, wait_until
 from connector.storage.store import Store
 from tests.chaos.harness import expected_ranges
 from tests.s3proxy import S3Proxy
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.chaos
 
 VERSIONS = 100
 LOG_PUT_DELAY_S = 0.0  # the rendezvous makes the collision; no other log PUT needs holding back
-STRIDE = 30  # versions the live coordinator commits between takeovers
+STRIDE = 25  # versions the live coordinator commits before each takeover
 MIN_TAKEOVERS = 3
 _COMMITTED = re.compile(r"committed txn (\d+) epoch (\d+): .* table version (\d+),")
 _LOG_FILE = re.compile(r"/_delta_log/(\d{20})\.json$")
@@ -58,16 +58,17 @@ def test_two_coordinators_racing_for_100_versions_lose_and_duplicate_nothing(kaf
         live = c.start("coordinator")
         c.wait_rows_above(0, (worker, live), what="a first commit")
         started, takeovers, met = time.monotonic(), 0, 0
-        while _table_version(c.table) < VERSIONS or takeovers < MIN_TAKEOVERS:
-            assert time.monotonic() - started < 420, f"{VERSIONS} versions not reached: {_table_version(c.table)}"
-            mark = _table_version(c.table)
 
-            def grown():
+        def reached(version):
+            def check():
                 nonlocal live
                 c.assert_alive(worker)
                 live = _running(c, live)
-                return _table_version(c.table) >= mark + STRIDE
-            wait_until(grown, 150, f"{STRIDE} more versions", interval_s=0.3)
+                return _table_version(c.table) >= version
+            return check
+
+        while takeovers < MIN_TAKEOVERS:
+            wait_until(reached(_table_version(c.table) + STRIDE), 150, f"{STRIDE} more versions", interval_s=0.3)
             # the live coordinator's next log PUT waits in the proxy while a new coordinator starts, recovers the
             # table without that version and claims it: their two PUTs of one log version go on together
             proxy.arm_rendezvous()
@@ -89,6 +90,7 @@ def test_two_coordinators_racing_for_100_versions_lose_and_duplicate_nothing(kaf
             else:
                 _assert_stepped_down(claimer)
             takeovers += 1
+        wait_until(reached(VERSIONS), 150, f"{VERSIONS} versions", interval_s=0.3)
         raced_s = time.monotonic() - started
         stream.stop()
         produced = stream.join()
@@ -99,7 +101,7 @@ def test_two_coordinators_racing_for_100_versions_lose_and_duplicate_nothing(kaf
                       if method == "PUT" and status == 412 and _LOG_FILE.search(path))
         overwritten = sorted(v for v, n in written.items() if n > 1)
         reported = _reported_commits(tmp_path)
-        held = _held_commits(c.table)
+        held = {v: (e, t) for v, e, t, _ in lakesink_commits(c.table)}
         lost = sorted((v, e, t) for v, e, t in reported if held.get(v) != (e, t))
         report(f"commit race on S3 ({'Delta default' if default_store else 'lakesink conditional'} log store, log "
                f"PUTs +{LOG_PUT_DELAY_S} s): {_table_version(c.table)} versions in {raced_s:.0f} s, {takeovers} "
@@ -140,16 +142,3 @@ def _reported_commits(tmp_path) -> list[tuple[int, int, int]]:
         for m in _COMMITTED.finditer(log.read_text(errors="replace")):
             out.append((int(m.group(3)), int(m.group(2)), int(m.group(1))))
     return out
-
-
-def _held_commits(table) -> dict[int, tuple[int, int]]:
-    """table version -> (epoch, txn) of the lakesink commit the table holds there."""
-    import json
-
-    held = {}
-    for h in open_table(table).history():
-        meta = h.get("userMetadata")
-        if meta and "lakesink" in meta:
-            m = json.loads(meta)["lakesink"]
-            held[h["version"]] = (m["epoch"], m["txn"])
-    return held

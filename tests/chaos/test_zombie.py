@@ -4,7 +4,6 @@ timeouts, while a standby takes over and commits, must never get a commit throug
 non-zero with FencedError."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -12,24 +11,9 @@ import pytest
 
 from bench.harness import chaos_config
 from tests.chaos.harness import expected_ranges
-from bench.harness import open_table, wait_until
+from bench.harness import lakesink_commits, wait_until
 
 pytestmark = pytest.mark.chaos
-
-
-def lakesink_commits(table) -> list[tuple[int, int, int, str]]:
-    """(table version, epoch, txn, instance) of every lakesink commit in the Delta log, oldest first."""
-    dt = open_table(table)
-    if dt is None:  # not created yet, or its first commit is being written
-        return []
-    history = dt.history()
-    out = []
-    for h in history:
-        meta = h.get("userMetadata")
-        if meta and "lakesink" in meta:
-            m = json.loads(meta)["lakesink"]
-            out.append((h["version"], m["epoch"], m["txn"], m["instance"]))
-    return sorted(out)
 
 
 def data_commit_after(table, epoch: int) -> bool:
