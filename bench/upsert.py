@@ -315,15 +315,14 @@ class UpsertBench:
 
     def lakesink(self) -> dict:
         from bench.harness import LakesinkProcess, pipeline_config
-        from connector.spark import DRIVER_JAVA_OPTIONS
         from connector.table.sink import DeltaTableSink
 
         a, produced = self.args, self.produced
         name = f"upsert{uuid.uuid4().hex[:6]}"
         table = self.copy(name)
         conf = self.spark_conf(name)
-        conf["spark.driver.extraJavaOptions"] = (f"{DRIVER_JAVA_OPTIONS} "
-                                                 f"-Djava.io.tmpdir={self.work / f'spark-{name}' / 'tmp'}")
+        # what a keyed coordinator runs with (connector/spark.py: the JVM's defaults), and the run's temp dir
+        conf["spark.driver.extraJavaOptions"] = f"-Djava.io.tmpdir={self.work / f'spark-{name}' / 'tmp'}"
         config = pipeline_config(self.work, self.bootstrap, produced.topic, name=name, **{
             "target.table.name": name, "write.mode": "upsert", "delete.enabled": "true", "record.key.fields": "",
             "connect.meta.data": "false", "transaction.interval.ms": a.txn_interval_ms,

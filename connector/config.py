@@ -666,9 +666,10 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
   librdkafka consumer and producer (e.g. `consumer.security.protocol=SASL_SSL`); every `spark.*` key
   other than `spark.master` goes to the Spark session as it is (e.g. `spark.driver.memory=4g`).
   Servers, group id and offset reset are set by the `kafka.*` keys only.
-- **The coordinator's Spark driver** only reads and writes the Delta log (the workers' Parquet files are
-  committed as they are), so lakesink starts it with `spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1
-  -XX:+UseSerialGC` (quick start, one GC thread). Any value of your own replaces these options: give it one
+- **The coordinator's Spark driver** only reads and writes the Delta log when it appends (the workers' Parquet
+  files are committed as they are), so lakesink starts it with `spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1
+  -XX:+UseSerialGC` (quick start, one GC thread); with `write.mode=upsert` or `dedup` it runs MERGEs over the rows
+  and keeps the JVM's defaults. Any value of your own replaces these options: give it one
   (say `-Dfile.encoding=UTF-8`) to run the driver with the JVM's defaults when a partition column of a type
   without a Delta partition-value encoding here (timestamp, float, decimal) makes every commit a Spark job.
 - **Secrets**: the value of any key whose name contains `password`, `secret`, `token`, `jaas`,

@@ -9,12 +9,12 @@ from typing import Mapping
 from connector import jars
 
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""The coordinator's JVM reads and writes the Delta log (commits, checkpoints) and processes no data: the quick
-JIT tier and one GC thread start it seconds sooner and leave the cores to the workers. Setting
-spark.driver.extraJavaOptions replaces them (a DataFrame-heavy driver wants the full JIT back)."""
+"""An appending coordinator's JVM reads and writes the Delta log (commits, checkpoints) and processes no data: the
+quick JIT tier and one GC thread start it seconds sooner and leave the cores to the workers. A driver that runs
+data jobs (`data_jobs`: the MERGEs of write.mode=upsert|dedup) keeps the JVM's defaults, whose full JIT and
+parallel GC run those jobs faster. Setting spark.driver.extraJavaOptions replaces either."""
 
 _DEFAULTS = {
-    "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.ui.enabled": "false",
@@ -63,9 +63,12 @@ def on_loopback(master: str) -> bool:
     return all(host in _LOOPBACK_HOSTS for host in hosts)
 
 
-def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list[str]) -> dict[str, str]:
+def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list[str],
+                     data_jobs: bool = False) -> dict[str, str]:
     """Every setting of lakesink's Spark session on `master`; `conf` (the connector's spark.* keys) wins."""
     settings = dict(_DEFAULTS)
+    if not data_jobs:
+        settings["spark.driver.extraJavaOptions"] = DRIVER_JAVA_OPTIONS
     if on_loopback(master):
         settings.update(_LOOPBACK)
     if not master.startswith("local"):
@@ -77,14 +80,15 @@ def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list
 
 
 def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mapping[str, str] | None = None,
-              extra_jars: list[str] | None = None):
-    """Return the process's SparkSession, creating it with Delta on first call (later calls reuse it)."""
+              extra_jars: list[str] | None = None, data_jobs: bool = False):
+    """Return the process's SparkSession, creating it with Delta on first call (later calls reuse it);
+    `data_jobs`: the driver runs jobs over rows (DRIVER_JAVA_OPTIONS)."""
     jars.require_java()
     from pyspark.sql import SparkSession
 
     all_jars = [str(p) for p in (*jars.delta_jars(), *jars.s3_jars(), jars.logstore_jar())] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in session_settings(master, conf, all_jars).items():
+    for key, value in session_settings(master, conf, all_jars, data_jobs).items():
         if value != "":
             builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))

@@ -76,6 +76,7 @@ class CoordinatorService:
         self.clock = clock or SystemClock()
         self.stats = CoordinatorStats()
         self._spark_factory = spark_factory or self._default_spark
+        self._spark = None
         self.store = Store.for_config(cfg)
         self.sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
                                    spark_factory=self._spark_session, errors_tolerance=cfg.errors_tolerance,
@@ -99,7 +100,8 @@ class CoordinatorService:
         from connector.spark import get_spark
 
         conf = {f"spark.hadoop.{k}": v for k, v in self.store.s3.hadoop_conf().items()} if self.store.root.is_s3 else {}
-        return get_spark(f"lakesink-{self.cfg.name}", self.cfg.spark_master, {**conf, **self.cfg.spark_conf})
+        return get_spark(f"lakesink-{self.cfg.name}", self.cfg.spark_master, {**conf, **self.cfg.spark_conf},
+                         data_jobs=self.cfg.write_mode != "append")
 
     def partitions(self) -> list[TopicPartition]:
         """The expected partitions, re-read from Kafka metadata at every START."""
@@ -150,7 +152,7 @@ class CoordinatorService:
         coordinator (at its next step); a table that exists is claimed with a commit, which waits for it."""
         def build():
             try:
-                self._spark_factory()
+                self._spark = self._spark_factory()
             except BaseException as exc:  # noqa: BLE001 - re-raised on the coordinator's thread
                 self._spark_error = exc
 
@@ -162,7 +164,9 @@ class CoordinatorService:
             self._spark_thread.join()
         if self._spark_error is not None:
             raise self._spark_error
-        return self._spark_factory()
+        if self._spark is None:  # asking Spark's builder again at every commit logs a warning each time
+            self._spark = self._spark_factory()
+        return self._spark
 
     def _begin(self) -> list[Effect]:
         profile = self.sink.check_supported()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from connector.spark import on_loopback, session_settings
+from connector.spark import DRIVER_JAVA_OPTIONS, on_loopback, session_settings
 
 JARS = ["/jars/delta-spark.jar", "/jars/lakesink-logstore.jar"]
 
@@ -42,3 +42,28 @@ def test_the_connectors_spark_keys_win_over_every_default():
     settings = session_settings("spark://spark-master:7077", {"spark.driver.host": "10.0.0.7",
                                                               "spark.executor.memory": "4g"}, JARS)
     assert (settings["spark.driver.host"], settings["spark.executor.memory"]) == ("10.0.0.7", "4g")
+
+
+def test_a_driver_of_data_jobs_keeps_the_jvms_defaults_and_a_log_only_driver_starts_quickly():
+    assert session_settings("local[2]", None, JARS)["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS
+    assert "spark.driver.extraJavaOptions" not in session_settings("local[2]", None, JARS, data_jobs=True)
+    mine = {"spark.driver.extraJavaOptions": "-Dfile.encoding=UTF-8"}
+    assert session_settings("local[2]", mine, JARS)["spark.driver.extraJavaOptions"] == "-Dfile.encoding=UTF-8"
+
+
+@pytest.mark.parametrize("mode, data_jobs", [("append", False), ("upsert", True), ("dedup", True)])
+def test_the_coordinator_asks_for_a_data_jobs_driver_exactly_when_it_merges(monkeypatch, mode, data_jobs):
+    from types import SimpleNamespace
+
+    import connector.spark
+    from connector.config import config_from_dict
+    from connector.storage.store import Store
+    from coordinator.service import CoordinatorService
+
+    cfg = config_from_dict({"name": "orders", "kafka.bootstrap.servers": "127.0.0.1:9092",
+                            "kafka.topic.names": "orders", "target.base.path": "/data/tables",
+                            "target.table.name": "orders", "write.mode": mode}, env={})
+    asked = {}
+    monkeypatch.setattr(connector.spark, "get_spark", lambda *a, **kw: asked.update(kw))
+    CoordinatorService._default_spark(SimpleNamespace(cfg=cfg, store=Store.for_config(cfg)))
+    assert asked["data_jobs"] is data_jobs
