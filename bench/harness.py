@@ -202,6 +202,8 @@ def exactly_once(table_path, expected) -> bool:
 
 def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -> Path:
     """Short transactions and timeouts, and a consumer group that notices a killed worker within seconds."""
+    from connector.spark import DRIVER_JAVA_OPTIONS
+
     settings = {
         "transaction.interval.ms": 1000,
         "coordinator.writestatus.timeout.ms": 4000,
@@ -210,7 +212,9 @@ def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -
         "flush.size": 400,  # several data files per partition and txn
         "orphan.files.retention.ms": 1000,  # the sweep deletes a discarded txn's files at once
         "shutdown.timeout.ms": 15000,
-        # Small tables: one task per Delta snapshot/shuffle stage (the quick-starting JIT is a product default).
+        # Small tables: one task per Delta snapshot/shuffle stage, and the quick-starting JIT even where a
+        # coordinator runs MERGEs (the product gives those the JVM's defaults, for tables of real size).
+        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
         "spark.sql.shuffle.partitions": 1,
         "spark.default.parallelism": 1,
         "spark.databricks.delta.snapshotPartitions": 1,

@@ -6,7 +6,7 @@ import os
 import tempfile
 from typing import Mapping
 
-from connector import jars
+from connector import jars, jvm_archive
 
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """An appending coordinator's JVM reads and writes the Delta log (commits, checkpoints) and processes no data: the
@@ -64,11 +64,14 @@ def on_loopback(master: str) -> bool:
 
 
 def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list[str],
-                     data_jobs: bool = False) -> dict[str, str]:
-    """Every setting of lakesink's Spark session on `master`; `conf` (the connector's spark.* keys) wins."""
+                     data_jobs: bool = False, class_archive: str | None = None) -> dict[str, str]:
+    """Every setting of lakesink's Spark session on `master`; `conf` (the connector's spark.* keys) wins.
+    `class_archive`: the driver JVM maps its classes from there (connector/jvm_archive.py)."""
     settings = dict(_DEFAULTS)
     if not data_jobs:
         settings["spark.driver.extraJavaOptions"] = DRIVER_JAVA_OPTIONS
+    if class_archive is not None:
+        settings["spark.driver.defaultJavaOptions"] = f"-XX:SharedArchiveFile={class_archive}"
     if on_loopback(master):
         settings.update(_LOOPBACK)
     if not master.startswith("local"):
@@ -88,7 +91,9 @@ def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mappin
 
     all_jars = [str(p) for p in (*jars.delta_jars(), *jars.s3_jars(), jars.logstore_jar())] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in session_settings(master, conf, all_jars, data_jobs).items():
+    archive = jvm_archive.current()
+    for key, value in session_settings(master, conf, all_jars, data_jobs,
+                                       None if archive is None else str(archive)).items():
         if value != "":
             builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))

@@ -9,12 +9,17 @@ from connector.errors import ConfigError, LakesinkError, SetupError
 
 
 def _cmd_deps(args) -> int:
-    from connector import jars
+    from connector import jars, jvm_archive
 
     for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars):
         found = bundle()
         print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
     print(f"logstore_jar: {jars.logstore_jar()}")
+    archive, how = jvm_archive.build()
+    if archive is None:
+        print(f"class archive of the Spark driver: not built ({how}); coordinators start without it, slower")
+    else:
+        print(f"class archive of the Spark driver: {archive} ({how}, {archive.stat().st_size // 2**20} MB)")
     return 0
 
 
@@ -145,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; for demo, also the output of Kafka, Spark and the JVM (else in a file)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("deps", help="fetch the Kafka and Delta jars from Maven Central into the cache (once)")
+    p = sub.add_parser("deps", help="fetch the Kafka and Delta jars from Maven Central into the cache and build "
+                                    "the Spark driver's class archive (once)")
     p.set_defaults(func=_cmd_deps)
 
     p = sub.add_parser("kafka", help="start/stop a local Kafka broker (KRaft) on 127.0.0.1")

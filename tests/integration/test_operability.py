@@ -207,7 +207,7 @@ def test_status_shows_live_lag_then_sigterm_under_load_and_restart_exactly_once(
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"transaction.interval.ms": 4000,
                                                                   "shutdown.timeout.ms": 60000})
     table = _table(tmp_path)
-    producer = PacedProducer(kafka_bootstrap, topic, 30_000, partitions=3, seconds=30, chunks=30)
+    producer = PacedProducer(kafka_bootstrap, topic, 30_000, partitions=3, seconds=22, chunks=22)
     with LakesinkProcess("run", config, tmp_path / "run1.log") as proc:
         wait_until(lambda: _alive(proc) or table_offsets(table), START_S, "a first commit", interval_s=0.5)
 

@@ -67,3 +67,12 @@ def test_the_coordinator_asks_for_a_data_jobs_driver_exactly_when_it_merges(monk
     monkeypatch.setattr(connector.spark, "get_spark", lambda *a, **kw: asked.update(kw))
     CoordinatorService._default_spark(SimpleNamespace(cfg=cfg, store=Store.for_config(cfg)))
     assert asked["data_jobs"] is data_jobs
+
+
+def test_a_class_archive_goes_to_the_drivers_default_options_and_the_connectors_own_value_wins():
+    settings = session_settings("local[2]", None, JARS, class_archive="/cache/jvm/spark-driver-x.jsa")
+    assert settings["spark.driver.defaultJavaOptions"] == "-XX:SharedArchiveFile=/cache/jvm/spark-driver-x.jsa"
+    assert settings["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS  # the JIT choice is separate
+    assert "spark.driver.defaultJavaOptions" not in session_settings("local[2]", None, JARS)
+    mine = {"spark.driver.defaultJavaOptions": "-Xss4m"}
+    assert session_settings("local[2]", mine, JARS, class_archive="/a.jsa")["spark.driver.defaultJavaOptions"] == "-Xss4m"
