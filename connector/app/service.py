@@ -50,11 +50,11 @@ class Roles:
         Those that do not are listed in `self.stuck`."""
         for t in self._threads:
             t.start()
-        self.stop.wait(timeout_s)
+        # Waits in short slices: Python runs signal handlers on this thread only, between two of its bytecodes, and
+        # a SIGTERM the kernel hands to another thread does not wake a wait without a timeout.
+        _wait_in_slices(lambda: self.stop.is_set(), timeout_s)
         self.stop.set()
-        deadline = None if shutdown_timeout_s is None else time.monotonic() + shutdown_timeout_s
-        for t in self._threads:
-            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        _wait_in_slices(lambda: not any(t.is_alive() for t in self._threads), shutdown_timeout_s)
         self.stuck = [t.name for t in self._threads if t.is_alive()]
         if self.errors:
             raise self.errors[0]
@@ -95,6 +95,16 @@ class Roles:
         if self.errors:
             body["error"] = str(self.errors[0])
         return status in ("ok", "starting", "waiting"), body
+
+
+def _wait_in_slices(done: Callable[[], bool], timeout_s: float | None, slice_s: float = 0.2) -> None:
+    """Until `done()` or `timeout_s` (None: no limit), looking every `slice_s`."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not done():
+        left = slice_s if deadline is None else min(slice_s, deadline - time.monotonic())
+        if left <= 0:
+            return
+        time.sleep(left)
 
 
 def install_signal_handlers(stop: threading.Event) -> None:
