@@ -89,13 +89,14 @@ def sss_schema():
                        StructField("tags", ArrayType(s))])
 
 
-def fast_producer(bootstrap: str, linger_ms: int = 50):
+def fast_producer(bootstrap: str, linger_ms: int = 50, config: dict | None = None):
+    """`config` overrides the settings below."""
     from confluent_kafka import Producer
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "batch.size": 1_000_000,
                      "batch.num.messages": 100_000, "compression.type": "none", "acks": 1,
                      "enable.idempotence": False, "queue.buffering.max.messages": 1_000_000,
-                     "queue.buffering.max.kbytes": 1_048_576})
+                     "queue.buffering.max.kbytes": 1_048_576, **(config or {})})
 
 
 def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int) -> dict:

@@ -9,7 +9,7 @@ the same Spark, the same machine, in the same run.
    deletion vectors on unless --no-deletion-vectors) and copied, so both contenders start from identical tables.
 2. The changelog, `--changes` events over it (80 % updates of live keys, 10 % inserts of new keys, 10 % deletes as
    tombstones: null value), is produced once to one topic; Kafka key `{"id": k}`, partition k % partitions, so the
-   changes to a key keep their order. Each value carries `seq` (its index in the changelog, unique) and `ts` (its
+   changes to a key keep their order (an idempotent producer: ORDERED). Each value carries `seq` (its index in the changelog, unique) and `ts` (its
    produce time). The fold of the changelog (key -> last change, or deleted) is kept in a dict as it is produced.
 3. `baseline`: the child phase `upsert_baseline` reads the topic with Spark's Kafka source; each micro-batch
    (processingTime trigger = transaction.interval.ms) parses the JSON, keeps the last change per key by offset and
@@ -54,6 +54,9 @@ DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
 DATA = tuple(name for name, _ in COLUMNS if name != "id")
 SHARES = (("update", 0.8), ("insert", 0.1), ("delete", 0.1))
 CONTENDERS = ("lakesink", "baseline")
+ORDERED = {"enable.idempotence": True, "acks": "all"}
+"""Producer settings that keep a partition's records in produce order, which the fold assumes: without
+idempotence a retried batch can land after the batches sent behind it."""
 _VALUE = '{"id":%d,"seq":%d,"ts":%d,"name":"%s","amount":%s,"qty":%d,"active":%s}'
 
 
@@ -110,7 +113,7 @@ def produce_changelog(bootstrap: str, topic: str, rows: int, changes: int, parti
     """The changelog to `topic`, as fast as the client goes, folded on the way."""
     from confluent_kafka import Consumer, TopicPartition
 
-    producer = fast_producer(bootstrap)
+    producer = fast_producer(bootstrap, config=ORDERED)
     state: dict[int, tuple[int, int] | None] = {}
     kinds = {kind: 0 for kind, _ in SHARES}
     started = time.time()
