@@ -89,13 +89,14 @@ def sss_schema():
                        StructField("tags", ArrayType(s))])
 
 
-def fast_producer(bootstrap: str, linger_ms: int = 50):
+def fast_producer(bootstrap: str, linger_ms: int = 50, config: dict | None = None):
+    """`config` overrides the settings below."""
     from confluent_kafka import Producer
 
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "batch.size": 1_000_000,
                      "batch.num.messages": 100_000, "compression.type": "none", "acks": 1,
                      "enable.idempotence": False, "queue.buffering.max.messages": 1_000_000,
-                     "queue.buffering.max.kbytes": 1_048_576})
+                     "queue.buffering.max.kbytes": 1_048_576, **(config or {})})
 
 
 def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int) -> dict:
@@ -696,32 +697,38 @@ class Bench:
 
 
 class PacedProducer:
-    """`rate` records/s for `seconds`, each carrying its produce time, in a background thread."""
+    """`rate` records/s for `seconds` or until `limit` records are out, in a background thread, in 5 ms chunks.
+    Record i of a chunk produced at ts_ms is `record(i, ts_ms)`: (value, key, partition); by default the append
+    bench's record, which carries ts_ms as its produce time. `config` goes to fast_producer; stop() ends it early."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int, seconds: float):
-        self.args = (bootstrap, topic, partitions, rate, seconds)
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int, seconds: float = float("inf"),
+                 limit: int | None = None, record=None, config: dict | None = None):
+        self.args = (bootstrap, topic, rate, seconds, limit,
+                     record or (lambda i, ts: (make_value(i, ts), str(i).encode(), i % partitions)), config)
         self.produced = 0
         self.started = self.ended = 0.0
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        bootstrap, topic, partitions, rate, seconds = self.args
+        bootstrap, topic, rate, seconds, limit, record, config = self.args
+        limit = float("inf") if limit is None else limit
         try:
-            producer = fast_producer(bootstrap, linger_ms=5)
+            producer = fast_producer(bootstrap, linger_ms=5, config=config)
             self.started = time.time()
             end = self.started + seconds
-            while True:
+            while self.produced < limit and not self._stopping.is_set():
                 now = time.time()
                 if now >= end:
                     break
-                due = int((now - self.started) * rate)
+                due = min(limit, int((now - self.started) * rate))
                 ts = int(now * 1000)
                 while self.produced < due:
-                    i = self.produced
-                    producer.produce(topic, make_value(i, ts), str(i).encode(), partition=i % partitions)
+                    value, key, partition = record(self.produced, ts)
+                    producer.produce(topic, value, key, partition=partition)
                     self.produced += 1
                 producer.poll(0)
                 time.sleep(0.005)
@@ -737,6 +744,11 @@ class PacedProducer:
         self._thread.join()
         if self.error is not None:
             raise self.error
+
+    def stop(self) -> None:
+        """Stop producing (what was produced is flushed) and wait for the thread."""
+        self._stopping.set()
+        self._thread.join()
 
 
 def _pct(values: list[float], p: float) -> float | None:
@@ -1298,6 +1310,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=10_000_000, help="upsert: rows of the initial table")
     p.add_argument("--changes", type=int, default=1_000_000, help="upsert: change events (80%% updates, 10%% inserts, "
                                                                    "10%% deletes)")
+    p.add_argument("--stream-changes", type=int, default=1_000_000,
+                   help="upsert: change events of the warm phase, produced at --stream-rate while each contender "
+                        "runs, after it applied the backlog (0: no warm phase)")
+    p.add_argument("--stream-rate", type=int, default=50_000, help="upsert: changes/s of the warm phase")
     p.add_argument("--table-files", type=int, default=16, help="upsert: data files of the initial table")
     p.add_argument("--seed", type=int, default=17, help="upsert: seed of the changelog")
     p.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false",
@@ -1317,6 +1333,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.contenders = [x.strip() for x in args.contenders.split(",") if x.strip()]
     if set(args.contenders) - {"lakesink", "baseline"}:
         p.error(f"--contenders takes lakesink and/or baseline, not {','.join(args.contenders)}")
+    if args.stream_changes < 0 or (args.stream_changes and args.stream_rate <= 0):
+        p.error("--stream-changes takes 0 or more, and --stream-rate more than 0 when --stream-changes is not 0")
     if args.mode == "upsert" and args.storage != "local":
         p.error("--mode upsert runs on local tables only (--storage local)")
     unknown = set(args.phase_list) - set(PHASES)

@@ -2,34 +2,56 @@
 (`write.mode=upsert`) and by the job users hand-write today, Spark Structured Streaming `foreachBatch` + MERGE, on
 the same Spark, the same machine, in the same run.
 
-    .venv/bin/python bench/run.py --mode upsert                                  # 10,000,000 rows, 1,000,000 changes
-    .venv/bin/python bench/run.py --mode upsert --rows 100000 --changes 20000    # a development run
+    .venv/bin/python bench/run.py --mode upsert          # 10,000,000 rows, 1,000,000 + 1,000,000 changes
+    .venv/bin/python bench/run.py --mode upsert --rows 200000 --changes 20000 --stream-changes 20000 \
+        --stream-rate 5000                               # a development run
+
+Each contender is measured in two phases of one running process: "backlog (cold)", a changelog produced before it
+started, applied from a cold JVM; then "stream (warm)", a second changelog produced while it runs, at a steady rate.
+A cold JVM's first MERGEs cost several times a warm one's, so the backlog mostly says how each engine warms up; the
+stream says how a long-running sink keeps a table current, which is what users run.
 
 1. The initial table, keys 0..rows-1, is written once by Spark (child phase `upsert_seed`, `--table-files` files,
    deletion vectors on unless --no-deletion-vectors) and copied, so both contenders start from identical tables.
-2. The changelog, `--changes` events over it (80 % updates of live keys, 10 % inserts of new keys, 10 % deletes as
-   tombstones: null value), is produced once to one topic; Kafka key `{"id": k}`, partition k % partitions, so the
-   changes to a key keep their order. Each value carries `seq` (its index in the changelog, unique) and `ts` (its
-   produce time). The fold of the changelog (key -> last change, or deleted) is kept in a dict as it is produced.
-3. `baseline`: the child phase `upsert_baseline` reads the topic with Spark's Kafka source; each micro-batch
+2. The changelog is generated once, for both contenders (`--seed`): `--changes` backlog events, then
+   `--stream-changes` stream events, seq continuing; each 80 % updates of live keys, 10 % inserts of new keys, 10 %
+   deletes as tombstones (null value). Kafka key `{"id": k}`, partition k % partitions, so the changes to a key keep
+   their order (both are produced with ORDERED: idempotent). Each value carries `seq` (its index in the changelog,
+   unique) and `ts` (its produce time). The fold of both (key -> last change, or deleted) is kept in a dict.
+3. Each contender has a topic of its own: its phases produce to it, and the other contender's do not. The backlog
+   is produced to every contender's topic before the first contender starts, as fast as the client goes. Once a
+   contender has applied it, a thread of the bench produces the stream to that contender's topic at `--stream-rate`
+   changes/s in 5 ms chunks, every change stamped with its chunk's produce time, while the same process keeps
+   running (0 stream changes: no second phase).
+4. `baseline`: the child phase `upsert_baseline` reads its topic with Spark's Kafka source; each micro-batch
    (processingTime trigger = transaction.interval.ms) parses the JSON, keeps the last change per key by offset and
-   MERGEs it into its copy (delete on tombstone, update matched, insert not matched), until every change is in.
-4. `lakesink`: `python -m connector run` with write.mode=upsert, delete.enabled=true, record.key.fields empty
-   (the Kafka key), connect.meta.data=false, on its copy, until the table's committed offsets reach the topic's end.
+   MERGEs it into its copy (delete on tombstone, update matched, insert not matched). When its micro-batches hold
+   every backlog change it creates the file BACKLOG_MARK (a batch's progress is reported after its MERGE); it stops
+   when they hold every change of both.
+5. `lakesink`: `python -m connector run` with write.mode=upsert, delete.enabled=true, record.key.fields empty
+   (the Kafka key), connect.meta.data=false, on its copy; the backlog is applied when the table's committed offsets
+   reach the topic's end, the stream when they reach its end again after the stream.
 
-Measured per contender, from the table's Delta log (each version read once, visible at the mtime of its
-_delta_log/<version>.json):
-  changes/s   changes / (last commit visible - engine ready); ready = lakesink's first START-COMMIT, the
-              baseline's writeStream.start()
-  latency     per change that became a row (deletes, and changes superseded by a later change to their key before
-              they were applied, never become visible rows): the first version whose added files hold its `seq`,
-              visible - max(produced, ready). The changelog is produced before either contender starts, so the
-              time a change waited in the backlog before its engine was up is left out; p50/p99.
-  commit      MERGE commits: Delta's operationMetrics executionTimeMs (p50/max), files removed/added
-              (numTargetFilesRemoved/numTargetFilesAdded) and deletion vectors added per commit
-  check       the final table equals the fold of the changelog row for row (child phase `upsert_check`: the
-              initial table without the changed keys plus the fold's live rows, `exceptAll` both ways)
-The last line: `upsert lakesink_cps=… baseline_cps=… ratio=… lakesink_p50_ms=… baseline_p50_ms=… check=…`.
+Measured per contender and phase, from the table's Delta log (each version read once, visible at the mtime of its
+_delta_log/<version>.json); a phase's commits are those after the previous phase was applied:
+  changes/s   backlog: changes / (last commit visible - engine ready); ready = lakesink's first START-COMMIT, the
+              baseline's writeStream.start(); e2e from process start on a second line.
+              stream: changes / (last commit visible - first stream change produced); at most the produce rate,
+              which is given beside it
+  latency     per change of the phase that became a row (deletes, and changes superseded by a later change to their
+              key before they were applied, never become visible rows): the first version whose added files hold
+              its `seq`, visible - produced; p50/p99. The backlog is produced before either contender starts, so
+              there it is visible - max(produced, ready): the time a change waited before its engine was up is left
+              out
+  commit      the phase's MERGE commits: count, Delta's operationMetrics executionTimeMs (p50/max), changes
+              (numSourceRows), files removed/added (numTargetFilesRemoved/numTargetFilesAdded) and deletion vectors
+              added per commit
+  check       the final table equals the fold of both changelogs row for row (child phase `upsert_check`: the
+              initial table without the changed keys plus the fold's live rows, with `ts` as produced to the
+              table's topic, `exceptAll` both ways)
+The last line: `upsert lakesink_cps=… baseline_cps=… ratio=… lakesink_p50_ms=… baseline_p50_ms=… check=…
+lakesink_stream_cps=… baseline_stream_cps=… stream_ratio=… lakesink_stream_p50_ms=… baseline_stream_p50_ms=…
+lakesink_stream_p99_ms=… baseline_stream_p99_ms=…`: the first five figures are the backlog's.
 """
 from __future__ import annotations
 
@@ -40,11 +62,12 @@ import shutil
 import time
 import urllib.parse
 import uuid
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.run import (POLL_S, Children, ControlTail, PhaseFailed, TreeMemory, _child_result, _emit,
-                       _fmt, _pct, _say, _self_cmd, _tail, code_state, create_topic, fast_producer, machine,
+from bench.run import (POLL_S, Children, ControlTail, PacedProducer, PhaseFailed, TreeMemory, _child_result,
+                       _emit, _fmt, _pct, _say, _self_cmd, _tail, code_state, create_topic, fast_producer, machine,
                        txn_timeline)
 
 COLUMNS = (("id", "long"), ("seq", "long"), ("ts", "long"), ("name", "string"), ("amount", "double"),
@@ -54,6 +77,11 @@ DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
 DATA = tuple(name for name, _ in COLUMNS if name != "id")
 SHARES = (("update", 0.8), ("insert", 0.1), ("delete", 0.1))
 CONTENDERS = ("lakesink", "baseline")
+BACKLOG_MARK = "baseline-backlog-applied"
+"""The file the baseline's child creates in the work directory once every backlog change is merged."""
+ORDERED = {"enable.idempotence": True, "acks": "all"}
+"""Producer settings that keep a partition's records in produce order, which the fold assumes: without
+idempotence a retried batch can land after the batches sent behind it."""
 _VALUE = '{"id":%d,"seq":%d,"ts":%d,"name":"%s","amount":%s,"qty":%d,"active":%s}'
 
 
@@ -98,66 +126,117 @@ def changelog(rows: int, changes: int, seed: int = 17):
 
 
 @dataclass
+class Changelog:
+    """The changes, generated once for both contenders: the backlog's `backlog` events, then the stream's; per seq
+    its key and whether it is a delete; the fold of all of them (key -> seq of its last change, None if deleted)."""
+    keys: array
+    deletes: bytearray
+    backlog: int
+    fold: dict[int, int | None]
+    kinds: dict[str, int]
+    stream_kinds: dict[str, int]
+
+    @classmethod
+    def generate(cls, rows: int, backlog: int, stream: int, seed: int) -> Changelog:
+        keys, deletes, fold = array("q"), bytearray(), {}
+        kinds, stream_kinds = ({kind: 0 for kind, _ in SHARES} for _ in range(2))
+        for seq, kind, key in changelog(rows, backlog + stream, seed):
+            keys.append(key)
+            deletes.append(kind == "delete")
+            fold[key] = None if kind == "delete" else seq
+            (kinds if seq < backlog else stream_kinds)[kind] += 1
+        return cls(keys, deletes, backlog, fold, kinds, stream_kinds)
+
+    @property
+    def stream(self) -> int:
+        return len(self.keys) - self.backlog
+
+    def record(self, seq: int, ts_ms: int, partitions: int) -> tuple[bytes | None, bytes, int]:
+        """Change `seq` as (value, key, partition); a delete is a tombstone."""
+        key = self.keys[seq]
+        return None if self.deletes[seq] else change_value(key, seq, ts_ms), change_key(key), key % partitions
+
+
+@dataclass
 class Produced:
+    """One contender's topic: the backlog, then, while the contender runs, the stream."""
     topic: str
     ends: dict[int, int]  # partition -> end offset
-    state: dict[int, tuple[int, int] | None]  # the fold
-    kinds: dict[str, int]
-    seconds: float
+    times: array  # seq -> its ts: produce time, ms
+    seconds: float  # producing the backlog
+    stream: dict = field(default_factory=dict)  # the stream's producer: produced, started, ended
 
 
-def produce_changelog(bootstrap: str, topic: str, rows: int, changes: int, partitions: int, seed: int) -> Produced:
-    """The changelog to `topic`, as fast as the client goes, folded on the way."""
+def topic_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    producer = fast_producer(bootstrap)
-    state: dict[int, tuple[int, int] | None] = {}
-    kinds = {kind: 0 for kind, _ in SHARES}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def produce_backlog(bootstrap: str, topic: str, log: Changelog, partitions: int) -> Produced:
+    """The backlog to `topic`, as fast as the client goes."""
+    producer = fast_producer(bootstrap, config=ORDERED)
+    times = array("q", bytes(8 * len(log.keys)))
     started = time.time()
     ts = int(started * 1000)
     produce = producer.produce
-    for seq, kind, key in changelog(rows, changes, seed):
+    for seq in range(log.backlog):
         if seq % 10_000 == 0:
             ts = int(time.time() * 1000)
             producer.poll(0)
-        kinds[kind] += 1
-        value = None if kind == "delete" else change_value(key, seq, ts)
-        state[key] = None if value is None else (seq, ts)
+        times[seq] = ts
+        value, key, partition = log.record(seq, ts, partitions)
         while True:
             try:
-                produce(topic, value, change_key(key), partition=key % partitions)
+                produce(topic, value, key, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.05)
     if producer.flush(120):
         raise PhaseFailed(f"changes were not all delivered to {topic}")
     seconds = time.time() - started
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-    finally:
-        consumer.close()
-    if sum(ends.values()) != changes:
-        raise PhaseFailed(f"{topic} holds {sum(ends.values())} records, {changes} were produced")
-    return Produced(topic, ends, state, kinds, seconds)
+    ends = topic_ends(bootstrap, topic, partitions)
+    if sum(ends.values()) != log.backlog:
+        raise PhaseFailed(f"{topic} holds {sum(ends.values())} records, {log.backlog} were produced")
+    return Produced(topic, ends, times, seconds)
 
 
-def write_fold(state: dict[int, tuple[int, int] | None], path: Path) -> None:
-    """The fold as Parquet for the check: every changed key, `_live` false for a deleted one."""
+def stream_producer(bootstrap: str, produced: Produced, log: Changelog, partitions: int, rate: int) -> PacedProducer:
+    """The stream to the contender's topic at `rate` changes/s, in a background thread; each change's ts is the
+    time its chunk was produced."""
+    times, first = produced.times, log.backlog
+
+    def record(i: int, ts_ms: int) -> tuple[bytes | None, bytes, int]:
+        times[first + i] = ts_ms
+        return log.record(first + i, ts_ms, partitions)
+
+    return PacedProducer(bootstrap, produced.topic, partitions, rate, limit=log.stream, record=record, config=ORDERED)
+
+
+def write_fold(log: Changelog, times: dict[str, array], path: Path) -> None:
+    """The fold as Parquet for the check: every changed key, `_live` false for a deleted one; `ts` is per topic, so
+    one column `ts_<contender>` each."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    ids, live, cols = [], [], {name: [] for name in DATA}
-    for key, last in state.items():
+    ids, live, cols = [], [], {name: [] for name in DATA if name != "ts"}
+    stamps = {name: [] for name in times}
+    for key, seq in log.fold.items():
         ids.append(key)
-        live.append(last is not None)
-        seq, ts = last if last is not None else (None, None)
-        name, amount, qty, active = change_row(key, seq) if last is not None else (None, None, None, None)
-        for column, value in zip(DATA, (seq, ts, name, float(amount) if amount else None, qty, active)):
+        live.append(seq is not None)
+        name, amount, qty, active = change_row(key, seq) if seq is not None else (None, None, None, None)
+        for column, value in zip(cols, (seq, name, float(amount) if amount else None, qty, active)):
             cols[column].append(value)
+        for contender, stamp in stamps.items():
+            stamp.append(None if seq is None else times[contender][seq])
     types = {"long": pa.int64(), "string": pa.string(), "double": pa.float64(), "boolean": pa.bool_()}
     arrays = {"id": pa.array(ids, pa.int64())}
-    arrays.update({name: pa.array(cols[name], types[kind]) for name, kind in COLUMNS if name != "id"})
+    arrays.update({name: pa.array(cols[name], types[kind]) for name, kind in COLUMNS if name in cols})
+    arrays.update({f"ts_{contender}": pa.array(stamp, pa.int64()) for contender, stamp in stamps.items()})
     arrays["_live"] = pa.array(live, pa.bool_())
     pq.write_table(pa.table(arrays), path)
 
@@ -200,30 +279,33 @@ class CommitLog:
             self.commits.append(Commit(self._next, visible, operation, metrics, adds))
             self._next += 1
 
-    def merges(self) -> list[Commit]:
-        return [c for c in self.commits if c.operation == "MERGE"]
 
-    def last_data_commit(self) -> Commit | None:
-        return next((c for c in reversed(self.commits) if c.adds or c.metrics.get("numTargetRowsDeleted")), None)
+def merges(commits: list[Commit]) -> list[Commit]:
+    return [c for c in commits if c.operation == "MERGE"]
 
 
-def latencies(log: CommitLog, ready_s: float) -> list[float]:
-    """Seconds from max(produced, ready) to visible of every change that became a row: the first version whose
-    added files hold its seq."""
+def last_data_commit(commits: list[Commit]) -> Commit | None:
+    return next((c for c in reversed(commits) if c.adds or c.metrics.get("numTargetRowsDeleted")), None)
+
+
+def latencies(table: Path, commits: list[Commit], seqs: range, not_before: float) -> list[float]:
+    """Seconds from max(produced, not_before) to visible of every change in `seqs` that became a row in `commits`:
+    the first of them whose added files hold its seq."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     first_seen = None
     read: set[str] = set()
-    for commit in log.commits:
+    for commit in commits:
         parts = []
         for path in commit.adds:
             if path in read:  # the same file again, with a deletion vector
                 continue
             read.add(path)
-            data = pq.read_table(log.table / path, columns=["seq", "ts"])
-            data = data.filter(pc.greater_equal(data.column("seq"), 0))
+            data = pq.read_table(table / path, columns=["seq", "ts"])
+            seq = data.column("seq")
+            data = data.filter(pc.and_(pc.greater_equal(seq, seqs.start), pc.less(seq, seqs.stop)))
             if data.num_rows:
                 parts.append(data.append_column("visible", pa.array([commit.visible] * data.num_rows, pa.float64())))
         if not parts:
@@ -233,7 +315,7 @@ def latencies(log: CommitLog, ready_s: float) -> list[float]:
             ["seq", "ts", "visible"])
     if first_seen is None:
         return []
-    produced = pc.max_element_wise(pc.divide(pc.cast(first_seen.column("ts"), pa.float64()), 1000.0), ready_s)
+    produced = pc.max_element_wise(pc.divide(pc.cast(first_seen.column("ts"), pa.float64()), 1000.0), not_before)
     return sorted(pc.subtract(first_seen.column("visible"), produced).to_pylist())
 
 
@@ -245,7 +327,8 @@ class UpsertBench:
     work: Path
     bootstrap: str
     children: Children = field(default_factory=Children)
-    produced: Produced | None = None
+    log: Changelog | None = None
+    produced: dict[str, Produced] = field(default_factory=dict)  # per contender
     seed_versions: int = 0
     results: dict = field(default_factory=dict)
     machine: str = field(default_factory=machine)  # with the load average before anything started
@@ -310,14 +393,40 @@ class UpsertBench:
                 raise PhaseFailed(f"{what}: not done after {self.args.phase_timeout} s:\n{_tail(log_path)}")
             if time.monotonic() - last_report > 15:
                 last_report = time.monotonic()
-                _say(f"  {what}: {len(log.merges())} MERGE commits")
+                _say(f"  {what}: {len(merges(log.commits))} MERGE commits")
             time.sleep(POLL_S)
+
+    def _phases(self, contender: str, proc, log: CommitLog, memory: TreeMemory, log_path: Path, backlog_applied,
+                applied, control: ControlTail | None = None) -> int:
+        """Watch the contender apply the backlog (`backlog_applied()`); then, in the same running process, produce
+        the stream to its topic and watch until `applied()`. Returns how many of `log.commits` are the backlog's."""
+        a, produced = self.args, self.produced[contender]
+        self._watch(proc, log, memory, log_path, contender, backlog_applied, control)
+        log.poll()
+        backlog_commits = len(log.commits)
+        if self.log.stream:
+            _say(f"  {contender}: backlog applied; streaming {self.log.stream:,} changes at {a.stream_rate:,}/s ...")
+            paced = stream_producer(self.bootstrap, produced, self.log, a.partitions, a.stream_rate)
+            try:
+                self._watch(proc, log, memory, log_path, f"{contender} stream", paced.done.is_set, control)
+                paced.join()
+            finally:
+                paced.stop()
+            produced.stream = {"produced": paced.produced, "started": paced.started, "ended": paced.ended}
+            produced.ends = topic_ends(self.bootstrap, produced.topic, a.partitions)
+            if sum(produced.ends.values()) != len(self.log.keys):
+                raise PhaseFailed(f"{produced.topic} holds {sum(produced.ends.values())} records, "
+                                  f"{len(self.log.keys)} were produced")
+        self._watch(proc, log, memory, log_path, f"{contender} stream" if self.log.stream else contender, applied,
+                    control)
+        log.poll()
+        return backlog_commits
 
     def lakesink(self) -> dict:
         from bench.harness import LakesinkProcess, pipeline_config
         from connector.table.sink import DeltaTableSink
 
-        a, produced = self.args, self.produced
+        a, produced = self.args, self.produced["lakesink"]
         name = f"upsert{uuid.uuid4().hex[:6]}"
         table = self.copy(name)
         conf = self.spark_conf(name)
@@ -330,11 +439,14 @@ class UpsertBench:
             "spark.master": a.spark_master, **conf})
         control = ControlTail(self.bootstrap, f"control-{name}")
         sink = DeltaTableSink(str(table), name)
-        want = {(produced.topic, p): end for p, end in produced.ends.items()}
+        checked = [0.0]
 
-        def applied() -> bool:
+        def applied() -> bool:  # the table's offsets at the topic's end, read at most once a second
+            if time.monotonic() - checked[0] < 1.0:
+                return False
+            checked[0] = time.monotonic()
             offsets = sink.recover().offsets
-            return all((offsets.get(tp) or 0) >= end for tp, end in want.items())
+            return all((offsets.get((produced.topic, p)) or 0) >= end for p, end in produced.ends.items())
 
         log_path = self.work / "lakesink.log"
         log = CommitLog(table, self.seed_versions)
@@ -343,89 +455,116 @@ class UpsertBench:
         self.children.procs.append(process.proc)
         try:
             memory = TreeMemory(process.proc.pid)
-            checked = [0.0]
-
-            def done() -> bool:  # the table's offsets, read at most once a second
-                if time.monotonic() - checked[0] < 1.0:
-                    return False
-                checked[0] = time.monotonic()
-                return applied()
-
-            self._watch(process.proc, log, memory, log_path, "lakesink", done, control)
-            log.poll()
+            backlog_commits = self._phases("lakesink", process.proc, log, memory, log_path, applied, applied, control)
             control.await_progress(1)
             process.terminate(60)
         finally:
             control.close()
             process.__exit__(None, None, None)
-        result = self._measure(log, started, control.first_start(), table)
+        result = self._measure("lakesink", log, backlog_commits, started, control.first_start())
         result.update(memory.summary())
         result["txns"] = txn_timeline(control.messages)
         return result
 
     def baseline(self) -> dict:
-        a, produced = self.args, self.produced
+        a, produced = self.args, self.produced["baseline"]
         table = self.copy("baseline")
         log_path = self.work / "baseline.log"
         log = CommitLog(table, self.seed_versions)
+        mark = self.work / BACKLOG_MARK
         started = time.time()
         proc = self._child("upsert_baseline", log_path, bootstrap=self.bootstrap, topic=produced.topic,
-                           changes=a.changes, table=table, checkpoint=self.work / "baseline-checkpoint",
-                           spark_master=a.spark_master, txn_interval_ms=a.txn_interval_ms,
-                           sss_max_offsets=a.sss_max_offsets, work=self.work, driver_memory=a.driver_memory)
+                           changes=a.changes, stream_changes=self.log.stream, table=table,
+                           checkpoint=self.work / "baseline-checkpoint", spark_master=a.spark_master,
+                           txn_interval_ms=a.txn_interval_ms, sss_max_offsets=a.sss_max_offsets, work=self.work,
+                           driver_memory=a.driver_memory)
         memory = TreeMemory(proc.pid)
-        self._watch(proc, log, memory, log_path, "baseline", lambda: proc.poll() is not None)
-        log.poll()
+
+        def exited() -> bool:  # the child stops once it has read every change of the topic
+            return proc.poll() is not None
+
+        backlog_commits = self._phases("baseline", proc, log, memory, log_path, lambda: mark.exists() or exited(),
+                                       exited)
         child = _child_result(log_path)
         if proc.returncode != 0 or child is None:
             raise PhaseFailed(f"baseline failed (exit {proc.returncode}):\n{_tail(log_path)}")
-        result = self._measure(log, started, child["ready"], table)
+        result = self._measure("baseline", log, backlog_commits, started, child["ready"])
         result.update(memory.summary())
-        result["batches"] = child["batches"]
+        result["batches"] = child["batches"][:child["backlog_batches"]]
+        if "stream" in result:
+            result["stream"]["batches"] = child["batches"][child["backlog_batches"]:]
         result["trigger"] = child["trigger"]
         return result
 
-    def _measure(self, log: CommitLog, started: float, ready: float | None, table: Path) -> dict:
-        last = log.last_data_commit()
+    def _measure(self, contender: str, log: CommitLog, backlog_commits: int, started: float,
+                 ready: float | None) -> dict:
+        """The backlog's figures from its commits; the stream's, under "stream", from the commits after them."""
+        backlog, stream = log.commits[:backlog_commits], log.commits[backlog_commits:]
+        last = last_data_commit(backlog)
         if last is None:
-            raise PhaseFailed(f"no change reached {table}")
+            raise PhaseFailed(f"no change reached {log.table}")
         changes = self.args.changes
-        merges = log.merges()
-        lat = latencies(log, ready or started)
-
-        def per_commit(key: str) -> float | None:
-            values = [c.metrics[key] for c in merges if key in c.metrics]
-            return sum(values) / len(values) if values else None
-
-        durations = sorted(c.metrics["executionTimeMs"] / 1000 for c in merges if "executionTimeMs" in c.metrics)
-        out = {"changes": changes, "table": str(table), "versions": len(log.commits), "merges": len(merges),
+        lat = latencies(log.table, backlog, range(changes), ready or started)
+        out = {"changes": changes, "table": str(log.table), "versions": len(log.commits),
                "operations": sorted({c.operation for c in log.commits}),
                "startup_s": (ready - started) if ready else None, "e2e_s": last.visible - started,
-               "e2e_cps": changes / (last.visible - started),
-               "latency_measured": len(lat), "p50_ms": _ms(_pct(lat, 50)), "p90_ms": _ms(_pct(lat, 90)),
-               "p99_ms": _ms(_pct(lat, 99)), "max_ms": _ms(lat[-1] if lat else None),
-               "commit_p50_s": _pct(durations, 50), "commit_max_s": durations[-1] if durations else None,
-               "files_removed_per_commit": per_commit("numTargetFilesRemoved"),
-               "files_added_per_commit": per_commit("numTargetFilesAdded"),
-               "dvs_added_per_commit": per_commit("numTargetDeletionVectorsAdded"),
-               "rows_per_commit": per_commit("numSourceRows"),
-               "per_commit": [{"version": c.version, "visible": c.visible, **{k: c.metrics.get(k) for k in (
-                   "numSourceRows", "numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsDeleted",
-                   "numTargetFilesRemoved", "numTargetFilesAdded", "numTargetDeletionVectorsAdded",
-                   "executionTimeMs")}} for c in merges]}
+               "e2e_cps": changes / (last.visible - started), **_latency_figures(lat), **_commit_figures(backlog)}
         if ready:
             out["warm_s"] = last.visible - ready
             out["warm_cps"] = changes / out["warm_s"]
+        if self.log.stream:
+            out["stream"] = self._measure_stream(self.produced[contender], log.table, stream)
         return out
+
+    def _measure_stream(self, produced: Produced, table: Path, commits: list[Commit]) -> dict:
+        """changes/s from the first stream change produced to the last visible; latency from each one's produce
+        time (the engine was up before it was produced)."""
+        log = self.log
+        last = last_data_commit(commits)
+        if last is None:
+            raise PhaseFailed(f"no stream change reached {table}")
+        first = produced.times[log.backlog] / 1000
+        p = produced.stream
+        lat = latencies(table, commits, range(log.backlog, len(log.keys)), 0.0)
+        return {"changes": log.stream, "rate": self.args.stream_rate,
+                "produced_cps": p["produced"] / (p["ended"] - p["started"]), "seconds": last.visible - first,
+                "cps": log.stream / (last.visible - first), **_latency_figures(lat), **_commit_figures(commits)}
 
     def check(self, tables: dict[str, str]) -> dict:
         """Both final tables against the fold, in one Spark session."""
         fold_path = self.work / "fold.parquet"
-        write_fold(self.produced.state, fold_path)
+        write_fold(self.log, {name: self.produced[name].times for name in tables}, fold_path)
         log = self.work / "check.log"
         proc = self._child("upsert_check", log, initial=self.pristine, fold=fold_path, tables=json.dumps(tables),
                            spark_master=self.args.spark_master, work=self.work, driver_memory=self.args.driver_memory)
         return self._await_child(proc, log, "the check")
+
+
+def _latency_figures(lat: list[float]) -> dict:
+    return {"latency_measured": len(lat), "p50_ms": _ms(_pct(lat, 50)), "p90_ms": _ms(_pct(lat, 90)),
+            "p99_ms": _ms(_pct(lat, 99)), "max_ms": _ms(lat[-1] if lat else None)}
+
+
+def _commit_figures(commits: list[Commit]) -> dict:
+    """The MERGE commits among `commits`: their count, Delta's executionTimeMs (p50/max), per commit files removed
+    and added, deletion vectors added and changes (numSourceRows: one per key after the engine's dedup)."""
+    merged = merges(commits)
+
+    def per_commit(key: str) -> float | None:
+        values = [c.metrics[key] for c in merged if key in c.metrics]
+        return sum(values) / len(values) if values else None
+
+    durations = sorted(c.metrics["executionTimeMs"] / 1000 for c in merged if "executionTimeMs" in c.metrics)
+    return {"merges": len(merged), "commit_p50_s": _pct(durations, 50),
+            "commit_max_s": durations[-1] if durations else None,
+            "files_removed_per_commit": per_commit("numTargetFilesRemoved"),
+            "files_added_per_commit": per_commit("numTargetFilesAdded"),
+            "dvs_added_per_commit": per_commit("numTargetDeletionVectorsAdded"),
+            "rows_per_commit": per_commit("numSourceRows"),
+            "per_commit": [{"version": c.version, "visible": c.visible, **{k: c.metrics.get(k) for k in (
+                "numSourceRows", "numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsDeleted",
+                "numTargetFilesRemoved", "numTargetFilesAdded", "numTargetDeletionVectorsAdded",
+                "executionTimeMs")}} for c in merged]}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -438,28 +577,32 @@ def run(args, work: Path, bootstrap: str) -> int:
         _say(f"writing the initial table: {args.rows:,} rows in {args.table_files} files ...")
         bench.results["seed"] = bench.seed()
         _say(f"  {bench.results['seed']['seconds']:.1f} s")
-        topic = f"changes-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, topic, args.partitions)
-        _say(f"producing {args.changes:,} changes to {topic} ({args.partitions} partitions) ...")
-        bench.produced = produce_changelog(bootstrap, topic, args.rows, args.changes, args.partitions, args.seed)
-        _say(f"  {args.changes / bench.produced.seconds:,.0f} changes/s, {bench.produced.kinds}")
+        bench.log = Changelog.generate(args.rows, args.changes, args.stream_changes, args.seed)
+        _say(f"changelog: backlog {bench.log.kinds}, stream {bench.log.stream_kinds}")
+        for contender in args.contenders:
+            topic = f"changes-{uuid.uuid4().hex[:8]}-{contender}"
+            create_topic(bootstrap, topic, args.partitions)
+            _say(f"producing the backlog of {args.changes:,} changes to {topic} ({args.partitions} partitions) ...")
+            bench.produced[contender] = produce_backlog(bootstrap, topic, bench.log, args.partitions)
+            _say(f"  {args.changes / bench.produced[contender].seconds:,.0f} changes/s")
         errors, tables = {}, {}
         for contender in args.contenders:
             _say(f"{contender} (load average {os.getloadavg()[0]:.2f}) ...")
             time.sleep(2)
             try:
                 load_before = os.getloadavg()
-                bench.results[contender] = getattr(bench, contender)()
-                bench.results[contender]["load_average"] = {"before": load_before, "after": os.getloadavg()}
-                tables[contender] = bench.results[contender]["table"]
-                _say(f"  done: {_fmt(bench.results[contender].get('warm_cps'))} changes/s")
+                bench.results[contender] = x = getattr(bench, contender)()
+                x["load_average"] = {"before": load_before, "after": os.getloadavg()}
+                tables[contender] = x["table"]
+                _say(f"  done: backlog {_fmt(x.get('warm_cps'))} changes/s, stream "
+                     f"{_fmt(x.get('stream', {}).get('cps'))} changes/s")
             except Exception as exc:  # noqa: BLE001 - one failed contender must not hide the other's figures
                 errors[contender] = str(exc) if isinstance(exc, PhaseFailed) else f"{type(exc).__name__}: {exc}"
                 _say(f"  {contender} FAILED: {errors[contender]}")
             finally:
                 bench.children.stop_all()
         if tables:
-            _say("checking the tables against the fold of the changelog ...")
+            _say("checking the tables against the fold of both changelogs ...")
             try:
                 bench.results["check"] = bench.check(tables)
             except PhaseFailed as exc:
@@ -467,8 +610,11 @@ def run(args, work: Path, bootstrap: str) -> int:
         bench.results["errors"] = errors
         lines = report(bench)
         if args.json:
+            produced = {k: {"topic": v.topic, "backlog_seconds": v.seconds, "stream": v.stream}
+                        for k, v in bench.produced.items()}
             Path(args.json).write_text(json.dumps({"args": vars(args), "results": bench.results,
-                                                   "kinds": bench.produced.kinds}, indent=2, default=str))
+                                                   "kinds": bench.log.kinds, "stream_kinds": bench.log.stream_kinds,
+                                                   "produced": produced}, indent=2, default=str))
         print("\n".join(lines), flush=True)
         failed = any(not c.get("equal") for c in bench.results.get("check", {}).values())
         return 1 if errors or failed else 0
@@ -477,35 +623,50 @@ def run(args, work: Path, bootstrap: str) -> int:
 
 
 def report(bench: UpsertBench) -> list[str]:
-    r, a, p = bench.results, bench.args, bench.produced
-    lines = ["", f"lakesink upsert benchmark: {a.rows:,} rows in {a.table_files} files, {a.changes:,} changes "
-                 f"({p.kinds['update']:,} updates, {p.kinds['insert']:,} inserts, {p.kinds['delete']:,} deletes), "
-                 f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, spark.master="
-                 f"{a.spark_master}, deletion vectors {'on' if a.deletion_vectors else 'off'}",
+    r, a, log = bench.results, bench.args, bench.log
+    seconds = [p.seconds for p in bench.produced.values()]
+    stream = (f"; then {log.stream:,} streamed at {a.stream_rate:,}/s ({log.stream_kinds['update']:,} updates, "
+              f"{log.stream_kinds['insert']:,} inserts, {log.stream_kinds['delete']:,} deletes)" if log.stream else "")
+    lines = ["", f"lakesink upsert benchmark: {a.rows:,} rows in {a.table_files} files, backlog of {a.changes:,} "
+                 f"changes ({log.kinds['update']:,} updates, {log.kinds['insert']:,} inserts, "
+                 f"{log.kinds['delete']:,} deletes){stream}, {a.partitions} partitions, transaction.interval.ms="
+                 f"{a.txn_interval_ms}, spark.master={a.spark_master}, deletion vectors "
+                 f"{'on' if a.deletion_vectors else 'off'}",
              f"  machine: {bench.machine}", f"  code: {code_state()}",
-             f"  initial table: {r['seed']['seconds']:.1f} s; produce: {a.changes / p.seconds:,.0f} changes/s "
-             f"({p.seconds:.1f} s)",
-             f"  {'':<10} {'changes/s':>10} {'seconds':>8} {'p50 ms':>8} {'p99 ms':>8} {'commit p50/max s':>17} "
+             f"  initial table: {r['seed']['seconds']:.1f} s; produce the backlog: "
+             f"{a.changes * len(seconds) / sum(seconds):,.0f} changes/s ({', '.join(f'{x:.1f}' for x in seconds)} s)",
+             f"  {'':<23} {'changes/s':>10} {'seconds':>8} {'p50 ms':>8} {'p99 ms':>8} {'commit p50/max s':>17} "
              f"{'files -/+ per commit':>21} {'peak RSS MB':>12}  notes"]
+
+    def row(label: str, cps, secs, x: dict, rss: str, notes: str) -> str:
+        files = f"{_fmt(x['files_removed_per_commit'], '.1f')}/{_fmt(x['files_added_per_commit'], '.1f')}"
+        return (f"  {label:<23} {_fmt(cps):>10} {_fmt(secs, '.1f'):>8} {_fmt(x['p50_ms']):>8} {_fmt(x['p99_ms']):>8} "
+                f"{_fmt(x['commit_p50_s'], '.2f') + '/' + _fmt(x['commit_max_s'], '.2f'):>17} {files:>21} {rss:>12}  "
+                f"{notes}{x['merges']} MERGE commits of {_fmt(x['rows_per_commit'])} changes, deletion vectors "
+                f"{_fmt(x['dvs_added_per_commit'], '.1f')} per commit; {x['latency_measured']:,} changes timed")
+
+    def batches(b: list[dict], trigger: str) -> str:
+        shown = ", ".join(f"{(q['ms'] or 0) / 1000:.1f}" for q in b[:8]) + (" ..." if len(b) > 8 else "")
+        return f"  {'':<23} trigger {trigger}: {len(b)} micro-batches with rows, triggerExecution {shown} s"
+
     for key in CONTENDERS:
         if key not in r:
             continue
         x = r[key]
-        files = (f"{_fmt(x['files_removed_per_commit'], '.1f')}/{_fmt(x['files_added_per_commit'], '.1f')}")
-        lines.append(f"  {key:<10} {_fmt(x.get('warm_cps')):>10} {_fmt(x.get('warm_s'), '.1f'):>8} "
-                     f"{_fmt(x['p50_ms']):>8} {_fmt(x['p99_ms']):>8} "
-                     f"{_fmt(x['commit_p50_s'], '.2f') + '/' + _fmt(x['commit_max_s'], '.2f'):>17} {files:>21} "
-                     f"{x['peak_rss_mb']:>12,.0f}  warm (from {'first START' if key == 'lakesink' else 'writeStream.start()'}); "
-                     f"{x['merges']} MERGE commits of {_fmt(x['rows_per_commit'])} changes, deletion vectors "
-                     f"{_fmt(x['dvs_added_per_commit'], '.1f')} per commit; {x['latency_measured']:,} changes "
-                     f"timed; RSS {x['peak_rss_by_process_mb']}")
-        lines.append(f"  {'':<10} {x['e2e_cps']:>10,.0f} {x['e2e_s']:>8.1f} {'':>8} {'':>8} {'':>17} {'':>21} "
-                     f"{'':>12}  e2e from process start (start-up {_fmt(x.get('startup_s'), '.1f')} s)")
+        lines.append(row(f"{key} backlog (cold)", x.get("warm_cps"), x.get("warm_s"), x, f"{x['peak_rss_mb']:,.0f}",
+                         f"from {'first START' if key == 'lakesink' else 'writeStream.start()'}; "))
+        lines.append(f"  {'':<23} {x['e2e_cps']:>10,.0f} {x['e2e_s']:>8.1f} {'':>8} {'':>8} {'':>17} {'':>21} "
+                     f"{'':>12}  e2e from process start (start-up {_fmt(x.get('startup_s'), '.1f')} s); peak RSS of "
+                     f"both phases: {x['peak_rss_by_process_mb']}")
         if key == "baseline" and x.get("batches"):
-            b = x["batches"]
-            shown = ", ".join(f"{(q['ms'] or 0) / 1000:.1f}" for q in b[:8]) + (" ..." if len(b) > 8 else "")
-            lines.append(f"  {'':<10} trigger {x['trigger']}: {len(b)} micro-batches with rows, "
-                         f"triggerExecution {shown} s")
+            lines.append(batches(x["batches"], x["trigger"]))
+        if "stream" in x:
+            s = x["stream"]
+            lines.append(row(f"{key} stream (warm)", s["cps"], s["seconds"], s, "",
+                             f"from the first stream change produced, {s['changes']:,} produced at "
+                             f"{s['produced_cps']:,.0f}/s; "))
+            if key == "baseline" and s.get("batches"):
+                lines.append(batches(s["batches"], x["trigger"]))
     for key, c in r.get("check", {}).items():
         lines.append(f"  check {key}: " + (
             f"equal to the fold of the changelog, {c['rows']:,} rows" if c["equal"] else
@@ -514,13 +675,25 @@ def report(bench: UpsertBench) -> list[str]:
                 f", columns {c['columns']} (expected {c['expected_columns']})" if c.get("columns") else "")))
     for phase, error in r.get("errors", {}).items():
         lines.append(f"  {phase} FAILED: {error.splitlines()[0]}")
-    ls, base = r.get("lakesink", {}).get("warm_cps"), r.get("baseline", {}).get("warm_cps")
+
+    def figure(contender: str, key: str, phase: str | None = None) -> float | None:
+        x = r.get(contender, {})
+        return (x.get(phase, {}) if phase else x).get(key)
+
+    ls, base = figure("lakesink", "warm_cps"), figure("baseline", "warm_cps")
+    ls_stream, base_stream = figure("lakesink", "cps", "stream"), figure("baseline", "cps", "stream")
     check = r.get("check", {})
     verdict = ",".join(f"{k}:{'ok' if v['equal'] else 'DIFFERS'}" for k, v in check.items()) or "n/a"
     lines.append(f"upsert lakesink_cps={_fmt(ls, '.0f')} baseline_cps={_fmt(base, '.0f')} "
                  f"ratio={f'{ls / base:.3f}' if ls and base else 'n/a'} "
-                 f"lakesink_p50_ms={_fmt(r.get('lakesink', {}).get('p50_ms'), '.0f')} "
-                 f"baseline_p50_ms={_fmt(r.get('baseline', {}).get('p50_ms'), '.0f')} check={verdict}")
+                 f"lakesink_p50_ms={_fmt(figure('lakesink', 'p50_ms'), '.0f')} "
+                 f"baseline_p50_ms={_fmt(figure('baseline', 'p50_ms'), '.0f')} check={verdict} "
+                 f"lakesink_stream_cps={_fmt(ls_stream, '.0f')} baseline_stream_cps={_fmt(base_stream, '.0f')} "
+                 f"stream_ratio={f'{ls_stream / base_stream:.3f}' if ls_stream and base_stream else 'n/a'} "
+                 f"lakesink_stream_p50_ms={_fmt(figure('lakesink', 'p50_ms', 'stream'), '.0f')} "
+                 f"baseline_stream_p50_ms={_fmt(figure('baseline', 'p50_ms', 'stream'), '.0f')} "
+                 f"lakesink_stream_p99_ms={_fmt(figure('lakesink', 'p99_ms', 'stream'), '.0f')} "
+                 f"baseline_stream_p99_ms={_fmt(figure('baseline', 'p99_ms', 'stream'), '.0f')}")
     return lines
 
 
@@ -589,13 +762,18 @@ def child_baseline(args) -> int:
     query = (source.load().writeStream.foreachBatch(apply).option("checkpointLocation", str(args.checkpoint))
              .trigger(processingTime=f"{args.txn_interval_ms} milliseconds").start())
     batches: dict[int, dict] = {}
+    backlog_batches = None
     deadline = time.monotonic() + 3600
     while time.monotonic() < deadline:
         for p in query.recentProgress:
             p = p if isinstance(p, dict) else json.loads(p.json)
             if p["numInputRows"]:
                 batches[p["batchId"]] = {"rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution")}
-        if sum(b["rows"] for b in batches.values()) >= int(args.changes) or not query.isActive:
+        rows = sum(b["rows"] for b in batches.values())
+        if backlog_batches is None and rows >= int(args.changes):  # a batch's progress comes after its MERGE
+            backlog_batches = len(batches)
+            (Path(args.work) / BACKLOG_MARK).touch()
+        if rows >= int(args.changes) + int(args.stream_changes) or not query.isActive:
             break
         time.sleep(0.5)
     exception = query.exception()
@@ -605,7 +783,7 @@ def child_baseline(args) -> int:
         print(f"the baseline's query failed: {exception}", flush=True)
         return 1
     _emit({"ready": ready, "trigger": f"processingTime={args.txn_interval_ms} ms", "merges": merges,
-           "batches": [batches[k] for k in sorted(batches)]})
+           "batches": [batches[k] for k in sorted(batches)], "backlog_batches": backlog_batches or len(batches)})
     return 0
 
 
@@ -621,11 +799,11 @@ def child_check(args) -> int:
 
     fold = spark.read.parquet(str(args.fold))
     initial = spark.read.format("delta").load(str(args.initial))
-    expected = typed(initial.join(fold.select("id"), "id", "left_anti")).unionByName(
-        typed(fold.where("_live"))).cache()
-    expected_rows = expected.count()
+    unchanged = typed(initial.join(fold.select("id"), "id", "left_anti"))
     out = {}
-    for name, path in json.loads(args.tables).items():
+    for name, path in json.loads(args.tables).items():  # the same changes; their ts as produced to name's topic
+        expected = unchanged.unionByName(typed(fold.where("_live").withColumn("ts", F.col(f"ts_{name}")))).cache()
+        expected_rows = expected.count()
         actual = spark.read.format("delta").load(path)
         columns = sorted(f"{f.name} {f.dataType.simpleString()}" for f in actual.schema)
         actual = typed(actual).cache()
@@ -636,6 +814,7 @@ def child_check(args) -> int:
                      "unexpected": unexpected,
                      **({} if columns == sorted(names) else {"columns": columns, "expected_columns": sorted(names)})}
         actual.unpersist()
+        expected.unpersist()
     spark.stop()
     _emit(out)
     return 0
