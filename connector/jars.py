@@ -252,5 +252,10 @@ def logstore_jar() -> Path:
     return jar
 
 
+def driver_jars() -> list[Path]:
+    """Every jar lakesink puts on a Spark driver's spark.jars: Delta, S3A and the log store."""
+    return [*delta_jars(), *s3_jars(), logstore_jar()]
+
+
 def spark_kafka_jars() -> list[Path]:
     return resolve(SPARK_KAFKA_BUNDLE, skip_present_in=spark_jars_dir())

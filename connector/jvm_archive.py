@@ -22,30 +22,27 @@ from connector import jars
 BUILD_TIMEOUT_S = 300
 
 
-def archive_path() -> Path:
-    """Where the archive of this Java and these jars is, or would be."""
-    java = os.path.realpath(jars.require_java())
+def archive_path(java: str, driver_jars: list[Path]) -> Path:
+    """Where the archive of the Java binary `java` with pyspark's jars and `driver_jars` (jars.driver_jars) is,
+    or would be."""
+    java = os.path.realpath(java)
     parts = [java, str(os.stat(java).st_mtime_ns)]
-    for jar in sorted((*jars.spark_jars_dir().glob("*.jar"), *jars.delta_jars(), *jars.s3_jars(),
-                       jars.logstore_jar())):
+    for jar in sorted((*jars.spark_jars_dir().glob("*.jar"), *driver_jars)):
         parts.append(f"{jar.name}:{jar.stat().st_size}")
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return jars.cache_root() / "jvm" / f"spark-driver-{digest}.jsa"
 
 
-def current() -> Path | None:
+def current(java: str, driver_jars: list[Path]) -> Path | None:
     """The archive for this Java and these jars, None when it is not built."""
-    try:
-        path = archive_path()
-    except Exception:  # noqa: BLE001 - no Java or jars yet: get_spark reports that itself
-        return None
+    path = archive_path(java, driver_jars)
     return path if path.is_file() else None
 
 
 def build() -> tuple[Path | None, str]:
-    """Build the archive unless it exists: (its path, None) or (None, why not). Never raises: a driver without
-    the archive only starts slower."""
-    path = archive_path()
+    """Build the archive unless it exists: (its path, "present" or "built") or (None, why not). Never raises once
+    Java and the jars are there: a driver without the archive only starts slower."""
+    path = archive_path(jars.require_java(), jars.driver_jars())
     if path.is_file():
         return path, "present"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -86,12 +86,13 @@ def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mappin
               extra_jars: list[str] | None = None, data_jobs: bool = False):
     """Return the process's SparkSession, creating it with Delta on first call (later calls reuse it);
     `data_jobs`: the driver runs jobs over rows (DRIVER_JAVA_OPTIONS)."""
-    jars.require_java()
+    java = jars.require_java()
     from pyspark.sql import SparkSession
 
-    all_jars = [str(p) for p in (*jars.delta_jars(), *jars.s3_jars(), jars.logstore_jar())] + list(extra_jars or [])
+    driver_jars = jars.driver_jars()
+    all_jars = [str(p) for p in driver_jars] + list(extra_jars or [])
     builder = SparkSession.builder.appName(app_name).master(master)
-    archive = jvm_archive.current()
+    archive = jvm_archive.current(java, driver_jars)
     for key, value in session_settings(master, conf, all_jars, data_jobs,
                                        None if archive is None else str(archive)).items():
         if value != "":

@@ -52,7 +52,7 @@ class Roles:
             t.start()
         # Waits in short slices: Python runs signal handlers on this thread only, between two of its bytecodes, and
         # a SIGTERM the kernel hands to another thread does not wake a wait without a timeout.
-        _wait_in_slices(lambda: self.stop.is_set(), timeout_s)
+        _wait_in_slices(self.stop.is_set, timeout_s)
         self.stop.set()
         _wait_in_slices(lambda: not any(t.is_alive() for t in self._threads), shutdown_timeout_s)
         self.stuck = [t.name for t in self._threads if t.is_alive()]

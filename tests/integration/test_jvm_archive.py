@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from connector import jvm_archive
+from connector import jars, jvm_archive
 
 DRIVER = """
 import sys, tempfile
@@ -26,7 +26,8 @@ def _driver(options: str) -> tuple[subprocess.CompletedProcess, float]:
 def test_deps_builds_the_archive_and_a_driver_that_must_map_it_writes_delta(report):
     archive, how = jvm_archive.build()
     assert archive is not None, how
-    assert jvm_archive.current() == archive and archive.stat().st_size > 10 * 2**20
+    assert jvm_archive.current(jars.require_java(), jars.driver_jars()) == archive
+    assert archive.stat().st_size > 10 * 2**20
     # -Xshare:on: a JVM that cannot map the archive (other jars, another Java, a damaged file) refuses to start
     mapped, mapped_s = _driver(f"-Xshare:on -XX:SharedArchiveFile={archive}")
     assert mapped.returncode == 0 and "rows 10" in mapped.stdout, mapped.stderr[-2000:]
