@@ -320,6 +320,19 @@ class LakesinkConfig(BaseModel):
             "the Kafka Connect converter class names are accepted too.",
         ),
     ] = "json"
+    value_converter_schemas_enable: Annotated[
+        bool,
+        Key(BOOL, "`value.converter=json`: every value is Kafka Connect's `{\"schema\": ..., \"payload\": ...}` (the "
+                  "JSON converter's `schemas.enable=true`, Debezium's default) and the schema, not the JSON, decides "
+                  "each column's type (see *Types*); a value without it is a record error. `false`: plain JSON, "
+                  "types inferred; a value that is the wrapper is a record error naming this key."),
+    ] = False
+    key_converter_schemas_enable: Annotated[
+        bool,
+        Key(BOOL, "Every Kafka key is Kafka Connect's `{\"schema\": ..., \"payload\": ...}`; a key without it is a "
+                  "record error in the keyed write modes. A key that has the wrapper is read typed by its schema "
+                  "(key columns of `write.mode=upsert|dedup`) whatever this says."),
+    ] = False
     connect_meta_data: Annotated[
         bool,
         Key(
@@ -531,6 +544,9 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
         problems.append(f"delete.enabled=true needs write.mode=upsert (write.mode is {mode})")
     if values.get("value_envelope") == "debezium" and values.get("value_converter", "json") != "json":
         problems.append("value.envelope=debezium needs value.converter=json")
+    if values.get("value_converter_schemas_enable") and values.get("value_converter", "json") != "json":
+        problems.append("value.converter.schemas.enable=true needs value.converter=json (schemas come with JSON "
+                        "values)")
     if mode != "append" and values.get("value_converter", "json") != "json":
         problems.append(f"write.mode={mode} needs value.converter=json: keys are fields of JSON objects")
     order = values.get("upsert_order_field")

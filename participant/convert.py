@@ -16,6 +16,7 @@ their file groups with `unify` (permissive: int64 + double -> double) and `confo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from connector.errors import ConfigError, LakesinkError
+from connector.formats import connect
+from connector.formats.connect import Decoder, DecoderCache, Problem
+from connector.formats.fit import cast_to, fit
 from connector.schema.algebra import IncompatibleSchemas, conform, is_list
 from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
 from connector.upsert import (
@@ -161,7 +165,11 @@ class Converter:
         max_record_bytes: int = 1 << 20,
         allow_new_fields: bool = False,
         upsert: UpsertSpec | None = None,
+        value_schemas: bool = False,
+        key_schemas: bool = False,
     ):
+        """value_schemas / key_schemas: `value.converter.schemas.enable` / `key.converter.schemas.enable`: every
+        value (key) is Kafka Connect's `{"schema": ..., "payload": ...}` and its schema types the columns."""
         if value_converter not in CONVERTERS:
             raise ConfigError(f"value.converter: expected one of {', '.join(CONVERTERS)}, got {value_converter!r}")
         if max_record_bytes <= 0:
@@ -175,6 +183,9 @@ class Converter:
         self.max_record_bytes = max_record_bytes
         self.allow_new_fields = allow_new_fields
         self.upsert = upsert
+        self.value_schemas = value_schemas and value_converter == "json"
+        self.key_schemas = key_schemas
+        self._decoders = DecoderCache()
         self._reserved = reserved_columns(upsert)
         self._reserves_meta_prefix = connect_meta_data or upsert.stages_coordinates
         self._kafka_key_fields: tuple[str, ...] | None = None
@@ -193,7 +204,8 @@ class Converter:
             return
         # the columns lakesink adds after the conversion are no fields a record may bring
         schema = pa.schema([f for f in schema if not self._reserved_name(f.name)], metadata=schema.metadata)
-        _parse_schema(schema, omit_null=False)  # raises for columns JSON cannot fill
+        if not self.value_schemas:
+            _parse_schema(schema, omit_null=False)  # raises for columns JSON cannot fill
         self._schema, self._from_table = schema, True
 
     @property
@@ -291,9 +303,15 @@ class Converter:
                 )
 
         changes: list[_Change | None] | None = None
-        if self.upsert.unwraps:
+        if self.value_converter == "json" and not self.value_schemas:
+            _reject_wrapped(values, value_array, rejected)
+        if self.upsert.unwraps and self.value_schemas:
+            data, kept, changes = self._typed_changes(keys, values, rejected)
+        elif self.upsert.unwraps:
             lines, changes = self._unwrap(keys, values, rejected)
             data, kept = self._json(lines, pa.array(lines, pa.binary()), rejected)
+        elif self.value_schemas:
+            data, kept = self._typed(values, rejected)
         elif self.value_converter == "json":
             data, kept = self._json(values, value_array, rejected)
         else:
@@ -330,6 +348,212 @@ class Converter:
         if self.value_converter == "string":
             column = column.cast(pa.string())
         return (pa.table({"value": column}) if len(column) else None), kept
+
+    # --- typed records (value.converter.schemas.enable=true): Kafka Connect's schema decides each column ---
+
+    def _typed(
+        self, values: list[bytes | None], rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None]:
+        """Rows of the records not in `rejected`, each typed by its Connect schema: the payloads of each distinct
+        schema decoded in one batch (record by record only for a batch the reader refuses)."""
+        groups: dict[int, tuple[Decoder, list[int], list[bytes]]] = {}
+        for i, value in enumerate(values):
+            if i in rejected:
+                continue
+            try:
+                decoder, payload = self._decoders.split(value)
+            except Problem as problem:
+                rejected[i] = (problem.error_class, problem.message)
+                continue
+            if payload == b"null":
+                rejected[i] = (NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
+            elif decoder.schema.type != "struct":
+                rejected[i] = (NOT_AN_OBJECT, f"the value's Connect schema is a {decoder.schema.type}, not a struct: "
+                                              "a row needs fields (value.converter=string or bytes keeps it whole)")
+            else:
+                group = groups.setdefault(id(decoder), (decoder, [], []))
+                group[1].append(i)
+                group[2].append(payload)
+        parts = []
+        for decoder, index, payloads in groups.values():
+            joined = b"\n".join(payloads)
+            table = decoder.read_batch(joined, len(payloads)) if joined.count(b"\n") == len(payloads) - 1 else None
+            if table is not None:
+                parts.append((index, table))
+                continue
+            rows, kept = [], []
+            for i, payload in zip(index, payloads):
+                try:
+                    rows.append(decoder.to_value(connect.load_payload(payload), ""))
+                    kept.append(i)
+                except Problem as problem:
+                    rejected[i] = (problem.error_class, problem.message)
+            if rows:
+                parts.append((kept, decoder.rows(rows)))
+        return self._fit_parts(parts, rejected)
+
+    def _typed_changes(
+        self, keys: list[bytes | None], values: list[bytes | None], rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None, list[_Change | None]]:
+        """The typed rows keyed writes stage (keys in), their changes, as `_unwrap` and `_json` do for plain JSON."""
+        n = len(values)
+        changes: list[_Change | None] = [None] * n
+        groups: dict[tuple, tuple[pa.Schema, list[int], list[dict[str, Any]]]] = {}
+        for i in range(n):
+            problem = rejected.get(i)
+            if problem is not None and not (self.upsert.delete_enabled and problem[0] == NULL_VALUE):
+                continue
+            try:
+                fields, row, change = self._typed_change(keys[i], values[i])
+            except (_Rejected, Problem) as rejection:
+                rejected[i] = (rejection.error_class, rejection.message)
+                continue
+            rejected.pop(i, None)
+            changes[i] = change
+            signature = tuple((name, id(decoder)) for name, decoder in fields)
+            group = groups.get(signature)
+            if group is None:
+                schema = pa.schema([pa.field(name, decoder.arrow_type) for name, decoder in fields])
+                group = groups[signature] = (schema, [], [])
+            group[1].append(i)
+            group[2].append(row)
+        parts = [(index, pa.Table.from_pylist(rows, schema=schema)) for schema, index, rows in groups.values()]
+        data, kept = self._fit_parts(parts, rejected)
+        return data, kept, changes
+
+    def _typed_change(
+        self, key: bytes | None, value: bytes | None
+    ) -> tuple[list[tuple[str, Decoder]], dict[str, Any], _Change]:
+        """A record's typed row (and the decoder of each of its columns) and its change; raises _Rejected/Problem."""
+        spec = self.upsert
+        decoder: Decoder | None = None
+        if value is None:  # a tombstone, here only with deletes on
+            row, change = {}, _DELETE
+        else:
+            decoder, payload_text = self._decoders.split(value)
+            payload = connect.load_payload(payload_text)
+            if spec.envelope == "debezium":
+                row, change = self._debezium(payload)
+                decoder = _child(decoder, "before" if change.delete else "after") if row else None
+            elif payload is None:
+                if not spec.delete_enabled:
+                    raise _Rejected(NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
+                row, change = {}, _DELETE
+            else:
+                row, change = payload, _UPSERT
+        if decoder is not None and decoder.schema.type != "struct":
+            raise _Rejected(NOT_AN_OBJECT, f"the row's Connect schema is a {decoder.schema.type}, not a struct")
+        if change.delete:  # a delete needs its key only: the fields it has (Debezium's `before` may hold the key alone)
+            fields = [(name, child) for name, child in (decoder.children if decoder else ()) if row.get(name) is not None]
+            typed = {name: child.to_value(row[name], name) for name, child in fields}
+        else:
+            fields = list(decoder.children)
+            typed = decoder.to_value(row, "")
+        for name in typed:
+            if self._reserved_name(name):
+                raise _Rejected(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
+                                                f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
+        if spec.keyed:
+            self._add_typed_key(typed, fields, key, change.delete)
+        return fields, typed, change
+
+    def _add_typed_key(self, row: dict[str, Any], fields: list[tuple[str, Decoder]], key: bytes | None,
+                       delete: bool) -> None:
+        """`_add_key` for typed rows: key values from the Kafka key are typed by the key's own Connect schema."""
+        names = self.upsert.key_fields
+        if names:
+            missing = [name for name in names if row.get(name) is None]
+            if missing and delete:
+                key_values, key_fields = self._typed_key(key)
+                for name in missing:
+                    if key_values.get(name) is not None:
+                        row[name] = key_values[name]
+                        _put_field(fields, name, key_fields[name])
+                missing = [name for name in missing if row.get(name) is None]
+            if missing:
+                where = "the value or the Kafka key" if delete else "the value"
+                raise _Rejected(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in "
+                                             f"{where}; a row needs its whole key")
+            return
+        key_values, key_fields = self._typed_key(key)
+        held = self._kafka_key_fields or tuple(key_values)
+        if not key_values:
+            raise _Rejected(MISSING_KEY, "the Kafka key has no fields; a row needs a key (or set record.key.fields "
+                                         "to take it from the value)")
+        if set(key_values) != set(held):
+            raise _Rejected(MISSING_KEY, f"the Kafka key has the fields {', '.join(key_values)}, but earlier keys "
+                                         f"have {', '.join(held)}: every key needs the same fields")
+        for name in held:
+            if key_values[name] is None:
+                raise _Rejected(MISSING_KEY, f"key field '{name}' of the Kafka key is null; a row needs its whole key")
+            row[name] = key_values[name]
+            _put_field(fields, name, key_fields[name])
+        self._kafka_key_fields = held
+
+    def _typed_key(self, key: bytes | None) -> tuple[dict[str, Any], dict[str, Decoder]]:
+        """The Kafka key's fields as typed values and their decoders: typed by the key's Connect schema when it has
+        one (the wrapper is recognised whatever key.converter.schemas.enable says), else as plain JSON values."""
+        hint = "record.key.fields is empty, so the key's fields are the row's key"
+        if key is None:
+            raise _Rejected(MISSING_KEY, f"the record has no Kafka key; {hint} (or set record.key.fields to take it "
+                                         "from the value)")
+        if _WRAPPED_HEAD.match(key):
+            try:
+                decoder, payload = self._decoders.split(key)
+                if decoder.schema.type == "struct":
+                    parsed = connect.load_payload(payload)
+                    values = decoder.to_value(parsed, "") if parsed is not None else None
+                    if values is not None:
+                        return values, dict(decoder.children)
+            except Problem as problem:
+                raise _Rejected(MISSING_KEY, f"the Kafka key cannot be read with its Connect schema: {problem.message}"
+                                ) from None
+            raise _Rejected(MISSING_KEY, f"the Kafka key's Connect payload is no struct; {hint}")
+        if self.key_schemas:
+            raise _Rejected(MISSING_KEY, "the Kafka key is not a Kafka Connect record with a schema though "
+                                         "key.converter.schemas.enable=true says it is")
+        try:
+            parsed = json.loads(key.decode("utf-8"), parse_float=connect.Decimal)
+        except ValueError as error:  # UnicodeDecodeError included
+            raise _Rejected(MISSING_KEY, f"the Kafka key is not JSON ({error}); {hint}") from None
+        if type(parsed) is not dict:
+            raise _Rejected(MISSING_KEY, f"the Kafka key is a JSON {_kind(parsed)}, not an object; {hint}")
+        decoders = {name: connect.compile_schema(connect.plain_schema(v)) for name, v in parsed.items()}
+        try:
+            return {name: decoders[name].to_value(v, name) for name, v in parsed.items()}, decoders
+        except Problem as problem:
+            raise _Rejected(MISSING_KEY, problem.message) from None
+
+    def _fit_parts(
+        self, parts: list[tuple[list[int], pa.Table]], rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None]:
+        """Typed tables (with the record numbers of their rows) held to the schema this converter holds, as one
+        table in record order; the rows that do not fit go into `rejected`."""
+        whose = "the table schema" if self._from_table else "the schema of earlier records"
+        open_ = self.allow_new_fields or not self._from_table
+        tables, order = [], []
+        for index, table in parts:
+            reserved = [name for name in table.column_names if self._reserved_name(name)]
+            if reserved:
+                for i in index:
+                    rejected[i] = (RESERVED_FIELD, f"field '{reserved[0]}' uses a name reserved for a column "
+                                                   "lakesink adds; rename it or set connect.meta.data=false")
+                continue
+            fitted = fit(table, self._schema, open_, whose)
+            for row, error in fitted.errors.items():
+                rejected[index[row]] = error
+            if fitted.table is not None:
+                self._schema = fitted.schema
+                tables.append(fitted.table)
+                order.extend(index[row] for row in fitted.kept)
+        if not tables:
+            return None, []
+        data = pa.concat_tables([cast_to(t, self._schema) for t in tables])
+        if len(tables) > 1:
+            permutation = sorted(range(len(order)), key=order.__getitem__)
+            data = data.take(pa.array(permutation, pa.int64()))
+            order = [order[p] for p in permutation]
+        return data, order
 
     # --- keys, deletes and change events (write.mode=upsert|dedup, value.envelope=debezium) ---
 
@@ -747,6 +971,38 @@ def _with_coordinates(
         stamps = pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(fields[TIMESTAMP].type)
         data = data.append_column(fields[TIMESTAMP], stamps)
     return data
+
+
+_WRAPPED_HEAD = re.compile(rb'\s*\{\s*"schema"\s*:')
+
+
+def _reject_wrapped(values: list[bytes | None], array: pa.Array, rejected: dict[int, tuple[str, str]]) -> None:
+    """With schemas disabled, a value that is Kafka Connect's `{"schema", "payload"}` wrapper is a record error
+    naming the setting: stored as it is, its schema would become a column of every row and its fields none."""
+    for i in _true_indices(connect.looks_wrapped(array)):
+        if i in rejected:
+            continue
+        try:
+            wrapped = connect.is_wrapper(json.loads(values[i]))
+        except (ValueError, RecursionError):
+            continue
+        if wrapped:
+            rejected[i] = (connect.WRAPPED, "the value is a Kafka Connect record with a schema ({\"schema\": ..., "
+                                            "\"payload\": ...}); set value.converter.schemas.enable=true to read its "
+                                            "fields typed by that schema")
+
+
+def _child(decoder: Decoder, name: str) -> Decoder:
+    """The decoder of a struct's field; raises _Rejected when the schema has no such struct field."""
+    for child_name, child in decoder.children:
+        if child_name == name and child.schema.type == "struct":
+            return child
+    raise _Rejected(connect.INVALID_SCHEMA, f"the Debezium event's Connect schema has no struct field '{name}'")
+
+
+def _put_field(fields: list[tuple[str, Decoder]], name: str, decoder: Decoder) -> None:
+    if all(existing != name for existing, _ in fields):
+        fields.append((name, decoder))
 
 
 def _kept(n: int, rejected: dict[int, tuple[str, str]]) -> list[int] | None:

@@ -547,7 +547,8 @@ class Worker:
     def _new_converter(self) -> Converter:
         cfg = self.cfg
         return Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes, cfg.schema_evolution,
-                         UpsertSpec.from_config(cfg))
+                         UpsertSpec.from_config(cfg), cfg.value_converter_schemas_enable,
+                         cfg.key_converter_schemas_enable)
 
     def _refresh_schema(self, table_version: int | None = None) -> None:
         if table_version is not None and table_version == self._converter_schema_version:
