@@ -733,13 +733,46 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+_TYPES_HEADER = """
+## Types (`value.converter.schemas.enable=true`)
+
+With schemas enabled, each value is Kafka Connect's `{"schema": ..., "payload": ...}` (the JSON converter's
+`schemas.enable=true`, and Debezium's default). The payload's fields are the columns, and **the schema, not the
+JSON value, decides each column's type**, in `append`, `upsert` and `dedup` modes alike. A Kafka key that carries
+the wrapper is typed by its own schema (the key columns of keyed writes). The default is `false` because plain JSON
+objects are what most producers outside Kafka Connect write, and what lakesink always read; the choice is safe
+either way: with `false`, a value that is the wrapper is a record error (`UnexpectedConnectSchema`) naming this
+key, so a schema never lands as a `schema` column and a decimal never as base64 text; with `true`, a value without
+the wrapper is a record error (`MissingConnectSchema`).
+
+Once the table exists, a value is converted to its column's type only where that is lossless (`int` into `long`,
+`decimal(10,2)` into `decimal(12,2)`, `date` into `date`); any other difference is a record error
+(`TypeMismatch`) naming the column and both types, never a cast. A field the table lacks is a new nullable
+column with `schema.evolution=true` (with its mapped type), else a record error (`NewField`). So a source's
+`ALTER TABLE ... ADD COLUMN` lands in the transaction that first carries it; a narrowing or a change of type is
+a record error. A null in a required field takes the schema's `default`, and is a record error without one
+(`ConnectSchemaMismatch`, as are values the schema does not allow); fields a payload has beyond its schema are
+ignored, as Connect does. Each distinct schema is parsed once; payloads that share one are decoded in a batch.
+
+"""
+
+
+def types_markdown() -> str:
+    """The type mapping of Kafka Connect schemas (connector/formats/connect.py) as a table."""
+    from connector.formats.connect import TYPE_TABLE
+
+    rows = ["| Connect / Debezium type | Delta type | Conversion |", "|---|---|---|"]
+    rows += [f"| {_cell(source)} | {_cell(delta)} | {_cell(how)} |" for source, delta, how in TYPE_TABLE]
+    return _TYPES_HEADER + "\n".join(rows) + "\n\n## Keys\n\n"
+
+
 def markdown() -> str:
     """The reference table of every key, as committed in docs/configuration.md."""
     rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     for s in SETTINGS:
         default = "**required**" if s.required else f"`{s.default_text}`" if s.default_text else "(none)"
         rows.append(f"| `{s.name}` | {_cell(s.kind.label)} | {_cell(default)} | {_cell(s.doc)} |")
-    return _MARKDOWN_HEADER + "\n".join(rows) + "\n"
+    return _MARKDOWN_HEADER + types_markdown() + "\n".join(rows) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -79,6 +79,41 @@ _EXACT = Context(prec=100, Emin=-999_999, Emax=999_999)
 """Decimal arithmetic that never rounds (the default context keeps 28 digits)."""
 
 
+TYPE_TABLE = (
+    ("`int8`, `int16`, `int32`, `int64`", "`byte`, `short`, `int`, `long`",
+     "as is; a number out of the type's range or with a fraction is a record error"),
+    ("`float32`, `float64`", "`float`, `double`", "as is"),
+    ("`boolean`, `string`", "`boolean`, `string`", "as is"),
+    ("`bytes`", "`binary`", "base64 text decoded"),
+    ("`array`, `map`, `struct` (nested, optional or not)", "`array`, `map`, `struct`",
+     "element by element; a map with string keys is a JSON object, other keys an array of `[key, value]` pairs"),
+    (f"`{CONNECT_DECIMAL}` (`scale`, `{DECIMAL_PRECISION}`)", "`decimal(p,s)`",
+     f"p from `{DECIMAL_PRECISION}`, else {DEFAULT_DECIMAL_PRECISION}; the unscaled big-endian two's-complement "
+     "bytes (base64), or a JSON number (`decimal.format=NUMERIC`), exactly: a value with more digits than the "
+     "type holds is a record error, never rounded; a precision above 38 is a record error"),
+    (f"`{CONNECT_DATE}`, `io.debezium.time.Date`", "`date`", "days since 1970-01-01"),
+    (f"`{CONNECT_TIMESTAMP}`", "`timestamp`", "milliseconds since 1970-01-01T00:00Z: an instant"),
+    ("`io.debezium.time.Timestamp`, `MicroTimestamp`, `NanoTimestamp`", "`timestamp_ntz`",
+     "milli-, micro-, nanoseconds since 1970-01-01T00:00: the database's local date-time, no zone, no shift; "
+     "nanoseconds floored to microseconds (the table gets the `timestampNtz` feature)"),
+    (f"`{ZONED_TIMESTAMP}`", "`timestamp`", "ISO-8601 text with an offset, converted to the instant (UTC); digits "
+     "beyond microseconds dropped"),
+    (f"`{CONNECT_TIME}`, `io.debezium.time.Time`, `MicroTime`, `NanoTime`", "`string`",
+     "Delta has no TIME: `HH:MM:SS.ffffff` (fixed width, so it sorts as the time does; nanoseconds floored)"),
+    ("`io.debezium.time.ZonedTime`", "`string`", "as Debezium writes it (`HH:MM:SS.ffffffZ`)"),
+    ("`io.debezium.time.Year`, `io.debezium.time.MicroDuration`", "`int`, `long`", "as is"),
+    (f"`{VARIABLE_SCALE_DECIMAL}`", "`decimal(38,18)`",
+     "a NUMERIC without a fixed scale (as Spark reads one); a value that `decimal(38,18)` cannot hold exactly is a "
+     "record error"),
+    ("`io.debezium.data.Json`, `Xml`, `Uuid`, `Enum`, `EnumSet`", "`string`", "as is (`EnumSet`: comma-separated)"),
+    ("`io.debezium.data.Bits`", "`binary`", "base64 text decoded"),
+    ("`io.debezium.data.geometry.Geometry`, `Geography`, `Point`", "`struct<wkb: binary, srid: int, ...>`",
+     "the struct Debezium writes, `wkb` decoded"),
+)
+"""The type mapping of Connect schemas, one row per source type: (source, Delta type, conversion). docs/
+configuration.md shows it ("Types"); the decoders below implement it."""
+
+
 class Problem(Exception):
     """A value or schema lakesink cannot store as the schema says (becomes a record error)."""
 
@@ -157,7 +192,8 @@ class Decoder:
 
     @property
     def required(self) -> bool:
-        return not self.schema.optional and self.schema.default is None
+        """Not optional: a null here is the default's place or a problem, which the batch path leaves to to_value."""
+        return not self.schema.optional
 
     def row_schema(self) -> pa.Schema:
         """The Arrow schema of a struct's rows (every column nullable, as Delta's columns are)."""

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 STREAM = Path(__file__).resolve().parents[1] / "fixtures" / "debezium" / "postgres-customers-with-schema.jsonl"
 # What the same connector emits for `TRUNCATE inventory.customers`: no key, op=t; lakesink applies no truncate.
-TRUNCATE = {"schema": {"type": "struct", "optional": False, "name": "dbserver1.inventory.customers.Envelope"},
+TRUNCATE = {"schema": json.loads(STREAM.read_text().splitlines()[0])["value"]["schema"],
             "payload": {"before": None, "after": None, "op": "t", "ts_ms": 1700000240000, "transaction": None,
                         "source": {"version": "2.5.4.Final", "connector": "postgresql", "name": "dbserver1",
                                    "ts_ms": 1700000239000, "snapshot": "false", "db": "postgres", "schema": "inventory",
@@ -56,7 +56,7 @@ def test_a_worker_in_upsert_mode_stages_debezium_changes_and_names_their_key_fie
         "name": name, "kafka.bootstrap.servers": kafka_bootstrap, "kafka.topic.names": topic,
         "control.topic.name": f"control-{name}", "target.base.path": str(tmp_path), "target.table.name": "customers",
         "write.mode": "upsert", "delete.enabled": "true", "value.envelope": "debezium",
-        "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq, "consumer.session.timeout.ms": "6000"})
+        "value.converter.schemas.enable": "true", "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq, "consumer.session.timeout.ms": "6000"})
     coordinator = ControlChannel(kafka_bootstrap, cfg.control_topic_name, cfg.name, "coordinator").open()
     worker = Worker(cfg, worker_id="w1").open()
     tp = (topic, 0)
