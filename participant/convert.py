@@ -454,41 +454,8 @@ class Converter:
                 raise _Rejected(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
                                                 f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
         if spec.keyed:
-            self._add_typed_key(typed, fields, key, change.delete)
+            self._add_key(typed, key, change.delete, fields)
         return fields, typed, change
-
-    def _add_typed_key(self, row: dict[str, Any], fields: list[tuple[str, Decoder]], key: bytes | None,
-                       delete: bool) -> None:
-        """`_add_key` for typed rows: key values from the Kafka key are typed by the key's own Connect schema."""
-        names = self.upsert.key_fields
-        if names:
-            missing = [name for name in names if row.get(name) is None]
-            if missing and delete:
-                key_values, key_fields = self._typed_key(key)
-                for name in missing:
-                    if key_values.get(name) is not None:
-                        row[name] = key_values[name]
-                        _put_field(fields, name, key_fields[name])
-                missing = [name for name in missing if row.get(name) is None]
-            if missing:
-                where = "the value or the Kafka key" if delete else "the value"
-                raise _Rejected(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in "
-                                             f"{where}; a row needs its whole key")
-            return
-        key_values, key_fields = self._typed_key(key)
-        held = self._kafka_key_fields or tuple(key_values)
-        if not key_values:
-            raise _Rejected(MISSING_KEY, "the Kafka key has no fields; a row needs a key (or set record.key.fields "
-                                         "to take it from the value)")
-        if set(key_values) != set(held):
-            raise _Rejected(MISSING_KEY, f"the Kafka key has the fields {', '.join(key_values)}, but earlier keys "
-                                         f"have {', '.join(held)}: every key needs the same fields")
-        for name in held:
-            if key_values[name] is None:
-                raise _Rejected(MISSING_KEY, f"key field '{name}' of the Kafka key is null; a row needs its whole key")
-            row[name] = key_values[name]
-            _put_field(fields, name, key_fields[name])
-        self._kafka_key_fields = held
 
     def _typed_key(self, key: bytes | None) -> tuple[dict[str, Any], dict[str, Decoder]]:
         """The Kafka key's fields as typed values and their decoders: typed by the key's Connect schema when it has
@@ -637,24 +604,39 @@ class Converter:
                             _event_int(source, "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS),
                             _event_int(source, "lsn", "source.lsn", CDC_SOURCE_LSN))
 
-    def _add_key(self, row: dict[str, Any], key: bytes | None, delete: bool) -> None:
+    def _add_key(self, row: dict[str, Any], key: bytes | None, delete: bool,
+                 fields: list[tuple[str, Decoder]] | None = None) -> None:
         """Write the record's key into its row: from record.key.fields of the value (of the Kafka key for what a
-        delete's value lacks), or from the Kafka key object. Raises _Rejected(MISSING_KEY) for a key not whole."""
+        delete's value lacks), or from the Kafka key object. Raises _Rejected(MISSING_KEY) for a key not whole.
+        `fields`: a typed row's column decoders, to which the key's columns are added (typed by the key's schema)."""
+
+        def take(names: Sequence[str]) -> None:
+            if fields is None:
+                key_object, decoders = self._key_object(key), None
+            else:
+                key_object, decoders = self._typed_key(key)
+            for name in names if names else self._whole_key(key_object):
+                if key_object.get(name) is not None:
+                    row[name] = key_object[name]
+                    if decoders is not None:
+                        _put_field(fields, name, decoders[name])
+
         names = self.upsert.key_fields
-        if names:
-            missing = [name for name in names if row.get(name) is None]
-            if missing and delete:
-                key_object = self._key_object(key)
-                for name in missing:
-                    if key_object.get(name) is not None:
-                        row[name] = key_object[name]
-                missing = [name for name in missing if row.get(name) is None]
-            if missing:
-                where = "the value or the Kafka key" if delete else "the value"
-                raise _Rejected(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in "
-                                             f"{where}; a row needs its whole key")
+        if not names:
+            take(())
             return
-        key_object = self._key_object(key)
+        missing = [name for name in names if row.get(name) is None]
+        if missing and delete:
+            take(missing)
+            missing = [name for name in missing if row.get(name) is None]
+        if missing:
+            where = "the value or the Kafka key" if delete else "the value"
+            raise _Rejected(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in "
+                                         f"{where}; a row needs its whole key")
+
+    def _whole_key(self, key_object: dict[str, Any]) -> tuple[str, ...]:
+        """The key fields of a Kafka key object (the same fields as every earlier key's, none null); raises
+        _Rejected(MISSING_KEY)."""
         held = self._kafka_key_fields or tuple(key_object)
         if not key_object:
             raise _Rejected(MISSING_KEY, "the Kafka key is an empty JSON object; a row needs a key (or set "
@@ -665,8 +647,8 @@ class Converter:
         for name in held:
             if key_object[name] is None:
                 raise _Rejected(MISSING_KEY, f"key field '{name}' of the Kafka key is null; a row needs its whole key")
-            row[name] = key_object[name]
         self._kafka_key_fields = held
+        return held
 
     @staticmethod
     def _key_object(key: bytes | None) -> dict[str, Any]:

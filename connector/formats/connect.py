@@ -316,18 +316,13 @@ def _primitive(schema: ConnectSchema) -> Decoder:
 
         decode = _identity if kind == "float64" else (lambda array: array.cast(pa.float32(), safe=False))
         return Decoder(schema, arrow_type, pa.float64(), _with_default(schema, convert), decode)
-    if kind == "boolean":
-        def convert(value: Any, path: str) -> Any:
-            if type(value) is bool:
-                return value
-            raise _mismatch(path, "boolean", value)
+    if kind in ("boolean", "string"):
+        accepted = bool if kind == "boolean" else str
 
-        return Decoder(schema, arrow_type, arrow_type, _with_default(schema, convert), _identity)
-    if kind == "string":
         def convert(value: Any, path: str) -> Any:
-            if type(value) is str:
+            if type(value) is accepted:
                 return value
-            raise _mismatch(path, "string", value)
+            raise _mismatch(path, kind, value)
 
         return Decoder(schema, arrow_type, arrow_type, _with_default(schema, convert), _identity)
 
