@@ -329,9 +329,11 @@ class LakesinkConfig(BaseModel):
     ] = False
     key_converter_schemas_enable: Annotated[
         bool,
-        Key(BOOL, "Every Kafka key is Kafka Connect's `{\"schema\": ..., \"payload\": ...}`; a key without it is a "
-                  "record error in the keyed write modes. A key that has the wrapper is read typed by its schema "
-                  "(key columns of `write.mode=upsert|dedup`) whatever this says."),
+        Key(BOOL, "Every non-null Kafka key is Kafka Connect's `{\"schema\": ..., \"payload\": ...}`, and a key "
+                  "without it is a record error; `_kafka_key` holds the key's payload typed by that schema (a struct "
+                  "for Debezium's keys) instead of the key's bytes, except in a table whose `_kafka_key` is already "
+                  "binary. The key columns of `write.mode=upsert|dedup` are typed by the key's schema whenever a key "
+                  "has the wrapper, whatever this says."),
     ] = False
     connect_meta_data: Annotated[
         bool,

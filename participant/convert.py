@@ -28,7 +28,7 @@ import pyarrow.json as pj
 from connector.errors import ConfigError, LakesinkError
 from connector.formats import connect
 from connector.formats.connect import Decoder, DecoderCache, Problem
-from connector.formats.fit import cast_to, fit
+from connector.formats.fit import cast_to, fit, widens
 from connector.schema.algebra import IncompatibleSchemas, conform, is_list
 from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
 from connector.upsert import (
@@ -186,6 +186,8 @@ class Converter:
         self.value_schemas = value_schemas and value_converter == "json"
         self.key_schemas = key_schemas
         self._decoders = DecoderCache()
+        self._key_type: pa.DataType | None = None
+        """With key schemas on: the `_kafka_key` type (the table's, or the first key's); binary keeps raw keys."""
         self._reserved = reserved_columns(upsert)
         self._reserves_meta_prefix = connect_meta_data or upsert.stages_coordinates
         self._kafka_key_fields: tuple[str, ...] | None = None
@@ -207,6 +209,11 @@ class Converter:
         if not self.value_schemas:
             _parse_schema(schema, omit_null=False)  # raises for columns JSON cannot fill
         self._schema, self._from_table = schema, True
+
+    def set_key_type(self, kind: pa.DataType | None) -> None:
+        """The table's `_kafka_key` type (None: no table, or no such column). With key schemas on, keys are stored
+        typed by their Connect schema; a table whose `_kafka_key` is binary (made before) keeps getting raw keys."""
+        self._key_type = kind
 
     @property
     def key_fields(self) -> tuple[str, ...]:
@@ -302,6 +309,7 @@ class Converter:
                     f"above max.record.bytes={self.max_record_bytes}",
                 )
 
+        typed_keys = self._decode_keys(keys, rejected) if self.key_schemas and self.connect_meta_data else None
         changes: list[_Change | None] | None = None
         if self.value_converter == "json" and not self.value_schemas:
             _reject_wrapped(values, value_array, rejected)
@@ -324,6 +332,8 @@ class Converter:
         if data is not None and changes is not None:
             data = self._with_changes(data, changes, kept)
         if data is not None and self.connect_meta_data:
+            if typed_keys is not None:
+                key_array = pa.array(typed_keys, self._key_type)
             data = _with_meta(data, topic, partition, offsets, timestamps, key_array, kept)
         elif data is not None and self.upsert.stages_coordinates:
             data = _with_coordinates(data, partition, offsets, timestamps, kept, self.upsert.soft_delete)
@@ -490,6 +500,34 @@ class Converter:
             return {name: decoders[name].to_value(v, name) for name, v in parsed.items()}, decoders
         except Problem as problem:
             raise _Rejected(MISSING_KEY, problem.message) from None
+
+    def _decode_keys(self, keys: list[bytes | None], rejected: dict[int, tuple[str, str]]) -> list[Any] | None:
+        """Each key's payload typed by its Connect schema, for `_kafka_key` (None for a null key); a key without the
+        wrapper, or whose type does not fit the column's, is a record error. None: raw keys (a binary column)."""
+        if self._key_type is not None and pa.types.is_binary(self._key_type):
+            return None
+        typed: list[Any] = [None] * len(keys)
+        for i, key in enumerate(keys):
+            if key is None or i in rejected:
+                continue
+            try:
+                decoder, payload = self._decoders.split(key)
+                value = decoder.to_value(connect.load_payload(payload), "_kafka_key")
+            except Problem as problem:
+                if problem.error_class == connect.NOT_WRAPPED:
+                    rejected[i] = (MISSING_KEY, "the Kafka key is not a Kafka Connect record with a schema though "
+                                                "key.converter.schemas.enable=true says it is")
+                else:
+                    rejected[i] = (problem.error_class, f"the Kafka key: {problem.message}")
+                continue
+            if self._key_type is None:
+                self._key_type = decoder.arrow_type
+            elif not widens(decoder.arrow_type, self._key_type):
+                rejected[i] = (TYPE_MISMATCH, f"the Kafka key's schema makes _kafka_key {decoder.arrow_type}, but it "
+                                              f"is {self._key_type}: not a lossless conversion")
+                continue
+            typed[i] = value
+        return typed
 
     def _fit_parts(
         self, parts: list[tuple[list[int], pa.Table]], rejected: dict[int, tuple[str, str]]
@@ -1013,7 +1051,7 @@ def _with_meta(
     constant = [pa.repeat(pa.scalar(topic, pa.string()), rows), pa.repeat(pa.scalar(partition, pa.int32()), rows)]
     columns = constant + columns
     for field, column in zip(META_FIELDS, columns):
-        data = data.append_column(field, column)
+        data = data.append_column(field.with_type(column.type), column)  # a typed _kafka_key has a type of its own
     return data
 
 

@@ -34,7 +34,7 @@ from connector.table.features import read_profile
 from connector.table.sink import DeltaTableSink, txn_tag
 from connector.upsert import UpsertSpec
 from connector.schema.algebra import schema_from_text
-from connector.schema.columns import META_COLUMNS
+from connector.schema.columns import KEY, META_COLUMNS
 from participant.convert import Converter, RecordFailure
 from participant.filegroup import FileGroupWriter
 from participant.membership import WorkerIdentity
@@ -566,6 +566,8 @@ class Worker:
 
         self._converter.set_schema(None if schema is None else pa.schema([f for f in schema
                                                                           if f.name not in META_COLUMNS]))
+        key = None if schema is None or schema.get_field_index(KEY) < 0 else schema.field(KEY).type
+        self._converter.set_key_type(key)
 
 
 def _newer(msg: Message | None, than: Message | None) -> bool:

@@ -141,15 +141,16 @@ class KeyColumns:
     """Where the names came from, as the report says it."""
 
 
-def kafka_key_fields(keys: list[bytes | None]) -> tuple[str, ...]:
-    """The fields of the Kafka keys `keys` (JSON objects, wrapped by the JSON converter or not), which must all
-    have the same ones. Raises VerifyError when no key is such an object or two disagree."""
+def kafka_key_fields(keys: list[bytes | dict | None]) -> tuple[str, ...]:
+    """The fields of the Kafka keys `keys` (JSON objects, wrapped by the JSON converter or not; or structs, as a
+    typed `_kafka_key` holds them), which must all have the same ones. Raises VerifyError when no key is such an
+    object or two disagree."""
     found: tuple[str, ...] | None = None
     for raw in keys:
         if raw is None:
             continue
         try:
-            obj = connect_payload(json.loads(bytes(raw).decode("utf-8")))
+            obj = raw if isinstance(raw, dict) else connect_payload(json.loads(bytes(raw).decode("utf-8")))
         except ValueError:  # UnicodeDecodeError included
             continue
         if type(obj) is not dict or not obj:

@@ -293,3 +293,22 @@ def test_before_the_table_a_widened_source_type_widens_the_column_and_new_fields
     assert {row: error[0] for row, error in closed.errors.items()} == {0: TYPE_MISMATCH}
     only_new = fit(pa.table({"id": pa.array([1], pa.int32()), "note": ["x"]}), held, False, "the table schema")
     assert only_new.errors[0][0] == NEW_FIELD and "schema.evolution=true" in only_new.errors[0][1]
+
+
+def test_with_key_schemas_the_kafka_key_column_holds_the_typed_key():
+    key_schema = {"type": "struct", "fields": [field("id", "int32", optional=False)], "optional": False,
+                  "name": "db.inventory.t.Key"}
+    value_schema = struct(field("id", "int32"), field("n", "string"))
+    converter = Converter(value_schemas=True, key_schemas=True)
+    keys = [record(key_schema, {"id": 1}), None, b'{"id": 3}']
+    values = [record(value_schema, {"id": i, "n": "x"}) for i in (1, 2, 3)]
+    result = converter.convert_raw("t", 0, [0, 1, 2], [0] * 3, keys, values)
+    assert result.table.schema.field("_kafka_key").type == pa.struct([("id", pa.int32())])
+    assert result.table.column("_kafka_key").to_pylist() == [{"id": 1}, None], "a null key stays null"
+    [failure] = result.failures
+    assert failure.offset == 2 and "key.converter.schemas.enable=true" in failure.error_message
+
+    made_before = Converter(value_schemas=True, key_schemas=True)
+    made_before.set_key_type(pa.binary())
+    result = made_before.convert_raw("t", 0, [0], [0], keys[:1], values[:1])
+    assert result.table.column("_kafka_key").to_pylist() == [keys[0]], "a table's binary _kafka_key keeps raw keys"
