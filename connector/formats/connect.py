@@ -30,11 +30,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-# Record error classes (dead-letter headers, metrics): stable names.
-INVALID_SCHEMA = "InvalidConnectSchema"
-SCHEMA_MISMATCH = "ConnectSchemaMismatch"
-NOT_WRAPPED = "MissingConnectSchema"
-WRAPPED = "UnexpectedConnectSchema"
+from connector.formats.problems import (  # noqa: F401 - WRAPPED: the names of this format's record errors
+    INVALID_SCHEMA,
+    MALFORMED_JSON,
+    NOT_WRAPPED,
+    SCHEMA_MISMATCH,
+    WRAPPED,
+    Problem,
+)
+
 
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 CONNECT_DATE = "org.apache.kafka.connect.data.Date"
@@ -112,14 +116,6 @@ TYPE_TABLE = (
 )
 """The type mapping of Connect schemas, one row per source type: (source, Delta type, conversion). docs/
 configuration.md shows it ("Types"); the decoders below implement it."""
-
-
-class Problem(Exception):
-    """A value or schema lakesink cannot store as the schema says (becomes a record error)."""
-
-    def __init__(self, error_class: str, message: str):
-        super().__init__(message)
-        self.error_class, self.message = error_class, message
 
 
 # --- the schema ---------------------------------------------------------------------------------------------
@@ -598,7 +594,7 @@ class DecoderCache:
         try:
             record = json.loads(value, parse_float=Decimal)
         except (ValueError, RecursionError) as error:
-            raise Problem("MalformedJson", f"not valid JSON: {error}") from None
+            raise Problem(MALFORMED_JSON, f"not valid JSON: {error}") from None
         if not is_wrapper(record):
             raise Problem(NOT_WRAPPED, "the value is not a Kafka Connect record with a schema ({\"schema\": ..., "
                                        "\"payload\": ...}) though schemas.enable=true says it is; set "
@@ -633,7 +629,7 @@ def load_payload(text: bytes) -> Any:
     try:
         return json.loads(text, parse_float=Decimal)
     except (ValueError, RecursionError) as error:
-        raise Problem("MalformedJson", f"not valid JSON: {error}") from None
+        raise Problem(MALFORMED_JSON, f"not valid JSON: {error}") from None
 
 
 def plain_schema(value: Any) -> ConnectSchema:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector.formats.problems import NEW_FIELD, TYPE_MISMATCH
+
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 
 
@@ -106,10 +108,6 @@ class Fitted:
     """The held schema after the batch (grown where the schema is open)."""
     errors: dict[int, tuple[str, str]]
     """Row number -> (error class, message) for the rows that do not fit."""
-
-
-NEW_FIELD = "NewField"
-TYPE_MISMATCH = "TypeMismatch"
 
 
 def fit(batch: pa.Table, held: pa.Schema | None, open_: bool, whose: str) -> Fitted:

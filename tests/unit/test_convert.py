@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from connector.errors import ConfigError
 from connector.schema.columns import META_COLUMNS
+from connector.formats import plain_json
 from participant import convert
 from participant.convert import (
     INVALID_UTF8,
@@ -399,7 +400,7 @@ def test_a_value_cannot_continue_the_previous_one():
 
 
 def test_a_batch_too_large_for_one_read_is_read_in_pieces(monkeypatch):
-    monkeypatch.setattr(convert, "_MAX_PARSE_BYTES", 60)
+    monkeypatch.setattr(plain_json, "_MAX_PARSE_BYTES", 60)
     converter = Converter()
     values = [js(id=i, v="x" * (i % 7)) for i in range(30)]
     values[11] = js(id="eleven")

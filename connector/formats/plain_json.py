@@ -1,0 +1,452 @@
+"""Plain JSON objects (no schema of their own) to Arrow rows, their types inferred (`value.converter=json`,
+`value.converter.schemas.enable=false`).
+
+The values of a batch are joined with newlines and handed whole to the C++ JSON reader of pyarrow: no
+per-record Python work unless a batch contains a suspicious record. Only then is the batch narrowed: records
+with raw newline bytes or odd starts are re-read on their own, and a batch the reader rejects is bisected until
+every bad record stands alone and is diagnosed in Python.
+
+Schema: once the table exists, `hold` gives its data schema and records are held to it (a new field is a failure
+unless `allow_new_fields`, a type that does not fit is a failure, ints fill double columns). Before that, the
+schema is inferred from the first records and held the same way, except that new fields grow it (there is no
+table yet to disagree). Partitions may infer differently: the coordinator reconciles their file groups with
+`unify` (permissive: int64 + double -> double) and `conform`.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from connector.errors import LakesinkError
+from connector.formats.problems import (
+    INVALID_UTF8,
+    MALFORMED_JSON,
+    NEW_FIELD,
+    NOT_AN_OBJECT,
+    RESERVED_FIELD,
+    TYPE_MISMATCH,
+    found,
+    kind_of,
+)
+from connector.schema.algebra import IncompatibleSchemas, conform, is_list
+from connector.schema.columns import META_PREFIX
+
+_Check = Callable[[Any], "tuple[str, list[str], Any] | None"]
+
+_MAX_PARSE_BYTES = 256 << 20
+"""Largest text handed to one read_json call (its block must hold the whole text: one block, one inference)."""
+_THREADED_PARSE_BYTES = 1 << 20
+"""Below this, read_json without its thread pool: starting it costs milliseconds."""
+
+
+def _parse_field(field: pa.Field, path: str, omit_null: bool) -> pa.Field | None:
+    """The field as the JSON reader can fill it (cast to the real type afterwards); None: leave it out of the
+    explicit schema so that the reader infers it (a null type there would reject every value)."""
+    types, kind = pa.types, field.type
+    if types.is_null(kind) and omit_null:
+        return None
+    if types.is_struct(kind):
+        children = [_parse_field(f, f"{path}.{f.name}", omit_null) for f in kind]
+        return field.with_type(pa.struct([f for f in children if f is not None]))
+    if is_list(kind) or types.is_fixed_size_list(kind):
+        item = _parse_field(kind.value_field, f"{path}[]", omit_null)
+        return None if item is None else field.with_type(pa.list_(item))
+    if types.is_large_string(kind) or types.is_date(kind) or types.is_string_view(kind):
+        return field.with_type(pa.string())
+    if types.is_large_binary(kind) or types.is_binary_view(kind):
+        return field.with_type(pa.binary())
+    if types.is_map(kind) or types.is_dictionary(kind) or types.is_union(kind) or types.is_time(kind):
+        raise LakesinkError(
+            f"column '{path}' has type {kind}, which JSON records cannot fill; "
+            "use value.converter=string or a table without that column"
+        )
+    return field
+
+
+def _parse_schema(schema: pa.Schema, omit_null: bool) -> pa.Schema:
+    fields = (_parse_field(f, f.name, omit_null) for f in schema)
+    return pa.schema([f for f in fields if f is not None])
+
+
+def _grown(known: pa.DataType, parsed: pa.DataType) -> pa.DataType:
+    """The known type grown by what the reader inferred beyond it: new nested fields, types for nulls."""
+    if pa.types.is_null(known):
+        return parsed
+    if pa.types.is_struct(known) and pa.types.is_struct(parsed):
+        names = {f.name for f in known}
+        fields = [
+            f.with_type(_grown(f.type, parsed.field(i).type)) if (i := parsed.get_field_index(f.name)) >= 0 else f
+            for f in known
+        ]
+        return pa.struct(fields + [f.with_nullable(True) for f in parsed if f.name not in names])
+    if is_list(known) and is_list(parsed):
+        item = known.value_field
+        grown = item.with_type(_grown(item.type, parsed.value_type))
+        return pa.large_list(grown) if pa.types.is_large_list(known) else pa.list_(grown)
+    return known
+
+
+class _ChunkFailed(Exception):
+    """read_json or the schema rejected a chunk of lines (internal: triggers bisection)."""
+
+
+class JsonRows:
+    """Reads batches of one partition's plain JSON values into rows; keeps the data schema between batches.
+
+    Once a schema is known (held from the table, or inferred from the first records), every record is parsed
+    against it: a value of another type is a failure (an int fills a double column; 1.5 never fills an int64
+    one). New fields grow an inferred schema (there is no table to disagree yet); against the table's schema
+    they are failures unless allow_new_fields. meta: the `_kafka_` prefix is lakesink's (no field may use it).
+    """
+
+    def __init__(self, allow_new_fields: bool, meta: bool):
+        self.allow_new_fields = allow_new_fields
+        self.meta = meta
+        self.schema: pa.Schema | None = None
+        self.from_table = False
+        self._parse_cache: tuple[pa.Schema, pa.Schema] | None = None
+        self._check_cache: tuple[pa.Schema, bool, _Check] | None = None
+
+    def hold(self, schema: pa.Schema | None, check: bool = True) -> None:
+        """Hold records to the table's data schema; None forgets it and infers again. check: raise for a column
+        JSON records cannot fill."""
+        if schema is None:
+            self.schema, self.from_table = None, False
+            return
+        if check:
+            _parse_schema(schema, omit_null=False)
+        self.schema, self.from_table = schema, True
+
+
+    def read(
+        self, values: list[bytes | None], value_array: pa.Array, rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None]:
+        """Rows of every record not in `rejected` (which this fills further), and the indices of the records
+        they come from (None: every record)."""
+        while True:
+            kept = kept_indices(len(values), rejected)
+            lines = values if kept is None else [values[i] for i in kept]
+            if not lines:
+                return None, []
+            array = value_array if kept is None else value_array.take(pa.array(kept, pa.int64()))
+            joined = b"\n".join(lines)
+            try:
+                joined.decode("utf-8")
+            except UnicodeDecodeError:
+                for j, value in enumerate(lines):
+                    if reason := utf8_problem(value):
+                        rejected[j if kept is None else kept[j]] = (INVALID_UTF8, reason)
+                continue
+            # One value, one row: with no raw newline in any value and every value starting with '{' and ending
+            # with '}', no value can continue the previous one ('{' may follow '}' only at the top level), so the
+            # row count alone shows whether some value held two objects.
+            if (
+                joined.count(b"\n") != len(lines) - 1
+                or not pc.all(pc.starts_with(array, "{")).as_py()
+                or not pc.all(pc.ends_with(array, "}")).as_py()
+            ):
+                lines, dropped = _single_lines(lines, array)
+                if dropped:
+                    for j, reason in dropped.items():
+                        rejected[j if kept is None else kept[j]] = reason
+                    continue
+                joined = b"\n".join(lines)
+            break
+
+        if len(joined) <= _MAX_PARSE_BYTES:
+            try:
+                table, self.schema = self._parse(joined, len(lines))
+                return table, kept
+            except _ChunkFailed:
+                pass
+            pieces = [(lines, list(range(len(values))) if kept is None else kept)]
+        else:
+            pieces = _pieces(lines, list(range(len(values))) if kept is None else kept)
+        tables: list[pa.Table] = []
+        converted: list[int] = []
+        for piece_lines, piece_index in pieces:
+            self._slow(piece_lines, piece_index, tables, converted, rejected, tried=len(pieces) == 1)
+        if not tables:
+            return None, []
+        return pa.concat_tables([conform(t, self.schema) for t in tables]), converted
+
+    def _slow(
+        self,
+        lines: list[bytes],
+        index: list[int],
+        tables: list[pa.Table],
+        converted: list[int],
+        rejected: dict[int, tuple[str, str]],
+        tried: bool,
+    ) -> None:
+        """Convert lines the reader rejected as a whole (tried) or that were too many for one read."""
+        if not tried:
+            try:
+                table, self.schema = self._parse(b"\n".join(lines), len(lines))
+                tables.append(table)
+                converted.extend(index)
+                return
+            except _ChunkFailed:
+                pass
+        # Screen out what Python can name (malformed, not an object, a reserved or new field, a type the known
+        # schema cannot take), then read the rest as one batch again: what is left to infer is inferred from the
+        # whole batch, as on the fast path, and a batch of many bad records costs no more than the screen.
+        screened_lines, screened_index = [], []
+        for line, i in zip(lines, index):
+            problem = self._screen(line)
+            if problem:
+                rejected[i] = problem
+            else:
+                screened_lines.append(line)
+                screened_index.append(i)
+        if not screened_lines:
+            return
+        try:
+            table, self.schema = self._parse(b"\n".join(screened_lines), len(screened_lines))
+            tables.append(table)
+            converted.extend(screened_index)
+        except _ChunkFailed:
+            self._bisect(screened_lines, screened_index, tables, converted, rejected)
+
+    def _bisect(
+        self,
+        lines: list[bytes],
+        index: list[int],
+        tables: list[pa.Table],
+        converted: list[int],
+        rejected: dict[int, tuple[str, str]],
+    ) -> None:
+        """Parse lines in offset order, halving every chunk that fails until each bad line stands alone."""
+        pending = [(0, len(lines))]
+        while pending:
+            lo, hi = pending.pop()
+            joined = b"\n".join(lines[lo:hi])
+            if len(joined) <= _MAX_PARSE_BYTES or hi - lo == 1:
+                try:
+                    table, self.schema = self._parse(joined, hi - lo)
+                    tables.append(table)
+                    converted.extend(index[lo:hi])
+                    continue
+                except _ChunkFailed as failure:
+                    if hi - lo == 1:
+                        rejected[index[lo]] = self._diagnose(lines[lo], str(failure))
+                        continue
+            middle = (lo + hi) // 2
+            pending.append((middle, hi))
+            pending.append((lo, middle))  # popped first: chunks are parsed left to right
+
+    def _parse(self, joined: bytes, rows: int) -> tuple[pa.Table, pa.Schema]:
+        """The table of `rows` single-line JSON objects and the schema after them; raises _ChunkFailed."""
+        read_options = pj.ReadOptions(
+            block_size=max(len(joined) + 1, 1024), use_threads=len(joined) > _THREADED_PARSE_BYTES
+        )
+        known = self.schema
+        try:
+            if known is None:
+                table = pj.read_json(pa.BufferReader(joined), read_options)
+            else:
+                open_ = self.allow_new_fields or not self.from_table
+                options = pj.ParseOptions(
+                    explicit_schema=self._parse_schema_of(known),
+                    unexpected_field_behavior="infer" if open_ else "error",
+                )
+                table = pj.read_json(pa.BufferReader(joined), read_options, options)
+            table = _drop_null_columns(table)
+            if self.meta and any(name.startswith(META_PREFIX) for name in table.column_names):
+                raise _ChunkFailed("a field uses the reserved prefix _kafka_")
+            if known is None:
+                target = table.schema
+            else:
+                parsed = table.schema
+                names = set(parsed.names)
+                grown = [
+                    f.with_type(_grown(f.type, parsed.field(f.name).type)) if f.name in names else f for f in known
+                ]
+                new = [f.with_nullable(True) for f in parsed if f.name not in known.names]
+                target = pa.schema(grown + new, metadata=known.metadata)
+            table = conform(table, target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, IncompatibleSchemas) as error:
+            raise _ChunkFailed(str(error)) from None
+        if table.num_rows != rows:
+            raise _ChunkFailed(f"{rows} lines read as {table.num_rows} rows")
+        return table, (known if known is not None and target.equals(known) else target)
+
+    def _parse_schema_of(self, schema: pa.Schema) -> pa.Schema:
+        if self._parse_cache is None or self._parse_cache[0] is not schema:
+            self._parse_cache = (schema, _parse_schema(schema, omit_null=not self.from_table))
+        return self._parse_cache[1]
+
+    def _screen(self, line: bytes) -> tuple[str, str] | None:
+        """Why a line is no acceptable record, as far as Python's json module can tell; None if it may be."""
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            return MALFORMED_JSON, f"not valid JSON: {error}"
+        if not isinstance(record, dict):
+            return NOT_AN_OBJECT, f"the value is a JSON {kind_of(record)}, not an object"
+        if self.meta:
+            reserved = [name for name in record if name.startswith(META_PREFIX)]
+            if reserved:
+                return RESERVED_FIELD, (
+                    f"field '{reserved[0]}' uses the prefix '{META_PREFIX}' reserved for the Kafka meta data "
+                    "columns; rename it or set connect.meta.data=false"
+                )
+        if self.schema is not None:
+            problem = self._record_check()(record)
+            if problem:
+                expected, path, value = problem
+                if expected == NEW_FIELD:
+                    return NEW_FIELD, (
+                        f"new field '{_path(path)}' not in the table schema; set schema.evolution=true to add it"
+                    )
+                whose = "the table schema" if self.from_table else "the schema inferred from earlier records"
+                return TYPE_MISMATCH, f"field '{_path(path)}' {found(expected, value)}, but {whose} has {expected}"
+        return None
+
+    def _record_check(self) -> _Check:
+        closed = self.from_table and not self.allow_new_fields
+        if self._check_cache is None or self._check_cache[0] is not self.schema or self._check_cache[1] != closed:
+            self._check_cache = (self.schema, closed, _checker(pa.struct(list(self.schema)), closed))
+        return self._check_cache[2]
+
+    def _diagnose(self, line: bytes, reader_error: str) -> tuple[str, str]:
+        """Why one line was rejected, in words a producer's owner can act on."""
+        problem = self._screen(line)
+        if problem:
+            return problem
+        try:
+            pj.read_json(pa.BufferReader(line), pj.ReadOptions(use_threads=False))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            return MALFORMED_JSON, f"cannot be read as columns: {error}"
+        return TYPE_MISMATCH, f"does not fit the schema: {reader_error}"
+
+
+def _pieces(lines: list[bytes], index: list[int]) -> list[tuple[list[bytes], list[int]]]:
+    """Consecutive runs of lines of at most _MAX_PARSE_BYTES each (a longer line stands alone)."""
+    pieces, start, size = [], 0, 0
+    for j, length in enumerate(map(len, lines)):
+        if size and size + length + 1 > _MAX_PARSE_BYTES:
+            pieces.append((lines[start:j], index[start:j]))
+            start, size = j, 0
+        size += length + 1
+    pieces.append((lines[start:], index[start:]))
+    return pieces
+
+
+def kept_indices(n: int, rejected: dict[int, tuple[str, str]]) -> list[int] | None:
+    """Indices of the records not rejected, in order; None when that is all of them."""
+    return None if not rejected else [i for i in range(n) if i not in rejected]
+
+
+def _drop_null_columns(table: pa.Table) -> pa.Table:
+    """Top-level columns that are null in every row carry no type: leave them out until a value shows one."""
+    nulls = [field.name for field in table.schema if pa.types.is_null(field.type)]
+    return table.drop_columns(nulls) if nulls else table
+
+
+def true_indices(mask: pa.Array) -> list[int]:
+    return pc.indices_nonzero(mask.fill_null(False)).to_pylist()
+
+
+def utf8_problem(value: bytes) -> str | None:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"not valid UTF-8: byte {value[error.start]:#04x} at position {error.start}"
+    return None
+
+
+def _single_lines(lines: list[bytes], array: pa.Array) -> tuple[list[bytes], dict[int, tuple[str, str]]]:
+    """`lines` with every record that spans lines (or does not start with '{' and end with '}') rewritten as
+    one line, and the records that are no JSON object at all. Python work only for those records."""
+    suspicious = pc.or_(
+        pc.match_substring(array, "\n"),
+        pc.invert(pc.and_(pc.starts_with(array, "{"), pc.ends_with(array, "}"))),
+    )
+    lines = list(lines)
+    dropped: dict[int, tuple[str, str]] = {}
+    for j in true_indices(suspicious):
+        stripped = lines[j].strip(b" \t\r\n")
+        if stripped.startswith(b"{") and stripped.endswith(b"}") and b"\n" not in stripped:
+            lines[j] = stripped
+            continue
+        try:
+            record = json.loads(lines[j])
+        except ValueError as error:
+            dropped[j] = (MALFORMED_JSON, f"not valid JSON: {error}" if lines[j].strip() else "the value is empty")
+            continue
+        if not isinstance(record, dict):
+            dropped[j] = (NOT_AN_OBJECT, f"the value is a JSON {kind_of(record)}, not an object")
+            continue
+        lines[j] = json.dumps(record, separators=(",", ":")).encode()
+    return lines, dropped
+
+
+def _checker(kind: pa.DataType, closed: bool) -> _Check:
+    """A function that finds the first place a parsed JSON value does not fit `kind`: None, or (the expected
+    type or NEW_FIELD, the path to the place, the value there). Only rejects what the Arrow JSON reader would
+    reject too (strings for dates and timestamps pass: their format is left to the reader).
+    closed: fields outside the schema are not allowed."""
+    types = pa.types
+    expected = str(kind)
+    if types.is_struct(kind):
+        children = {f.name: _checker(f.type, closed) for f in kind}
+
+        def check_struct(value: Any) -> tuple[str, list[str], Any] | None:
+            if type(value) is not dict:
+                return expected, [], value
+            for name, item in value.items():
+                child = children.get(name)
+                if child is None:
+                    if closed:
+                        return NEW_FIELD, [name], item
+                elif item is not None and (problem := child(item)):
+                    problem[1].insert(0, name)
+                    return problem
+            return None
+
+        return check_struct
+    if is_list(kind) or types.is_fixed_size_list(kind):
+        item_check = _checker(kind.value_type, closed)
+
+        def check_list(value: Any) -> tuple[str, list[str], Any] | None:
+            if type(value) is not list:
+                return expected, [], value
+            for item in value:
+                if item is not None and (problem := item_check(item)):
+                    problem[1].insert(0, "[]")
+                    return problem
+            return None
+
+        return check_list
+    if types.is_integer(kind):
+        bits = kind.bit_width
+        low, high = (0, (1 << bits) - 1) if types.is_unsigned_integer(kind) else (-(1 << bits - 1), (1 << bits - 1) - 1)
+        return lambda value: None if type(value) is int and low <= value <= high else (expected, [], value)
+    if types.is_boolean(kind):
+        accepted: tuple[type, ...] = (bool,)
+    elif types.is_floating(kind):
+        accepted = (int, float)
+    elif types.is_decimal(kind):
+        accepted = (int, float, str)
+    elif (
+        types.is_string(kind)
+        or types.is_large_string(kind)
+        or types.is_binary(kind)
+        or types.is_large_binary(kind)
+        or types.is_timestamp(kind)
+        or types.is_date(kind)
+    ):
+        accepted = (str,)
+    else:
+        return lambda value: None
+    return lambda value: None if type(value) in accepted else (expected, [], value)
+
+
+def _path(parts: list[str]) -> str:
+    return "".join(part if part == "[]" or i == 0 else f".{part}" for i, part in enumerate(parts))

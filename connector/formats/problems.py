@@ -1,0 +1,51 @@
+"""Record errors: the stable name of each way a record can fail (dead-letter headers, metrics), the exception that
+carries one out of a decoder, and how a failing value is shown in a message."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+NULL_VALUE = "NullValue"
+RECORD_TOO_LARGE = "RecordTooLarge"
+INVALID_UTF8 = "InvalidUtf8"
+MALFORMED_JSON = "MalformedJson"
+NOT_AN_OBJECT = "NotAnObject"
+RESERVED_FIELD = "ReservedField"
+NEW_FIELD = "NewField"
+TYPE_MISMATCH = "TypeMismatch"
+MISSING_KEY = "MissingKey"
+DELETE_NOT_ENABLED = "DeleteNotEnabled"
+UNSUPPORTED_OPERATION = "UnsupportedOperation"
+INVALID_SCHEMA = "InvalidConnectSchema"
+SCHEMA_MISMATCH = "ConnectSchemaMismatch"
+NOT_WRAPPED = "MissingConnectSchema"
+WRAPPED = "UnexpectedConnectSchema"
+
+
+class Problem(Exception):
+    """A record (or a value or schema in it) lakesink cannot store as a user would expect: a record error."""
+
+    def __init__(self, error_class: str, message: str):
+        super().__init__(message)
+        self.error_class, self.message = error_class, message
+
+
+def kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def found(expected: str, value: Any) -> str:
+    if type(value) is int and expected.startswith(("int", "uint")):
+        return f"is {value}, out of range"
+    return f"is {kind_of(value)} {show(value)}"
