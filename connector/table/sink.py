@@ -391,6 +391,7 @@ class DeltaTableSink:
             return result
         if files:
             schema = _target_schema([fs for _, fs in files], table_schema, self.schema_evolution)
+            self._enable_timestamp_ntz(spark, profile, schema)
             if profile is not None and not profile.fast_path:
                 result = self._append_with_delta_writer(spark, version, files, schema, table_schema, profile,
                                                         user_metadata)
@@ -552,6 +553,7 @@ class DeltaTableSink:
             if new:
                 raise CommitError(f"{self.table_path} has no column(s) {', '.join(map(repr, new))}: set "
                                   f"schema.evolution=true to add them, or add them to the table", permanent=True)
+        self._enable_timestamp_ntz(spark, profile, wanted)
         identity = profile.identity if profile is not None else {}
         plan = merge.MergePlan(self.upsert, keys, tuple(n for n in wanted.names if identity.get(n, True)))
         df = self._spark_frame(spark, files, staged)
@@ -609,6 +611,23 @@ class DeltaTableSink:
         except Exception as exc:  # noqa: BLE001
             self._raise_if_created_by_another(exc, expect_new_table)
             raise
+
+    def _enable_timestamp_ntz(self, spark, profile: TableProfile | None, schema: pa.Schema) -> None:
+        """Delta gives a table it creates with a TIMESTAMP_NTZ column the `timestampNtz` feature, but refuses any
+        commit that adds such a column to an existing table without it (DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT), on
+        every write path. Schema evolution that adds one (a source's new `timestamp` column) first enables the
+        feature, as `ALTER TABLE ... SET TBLPROPERTIES ('delta.feature.timestampNtz' = 'supported')` would: a
+        protocol-only commit, idempotent, that a redo of the txn finds already made. `profile`: the table's (None
+        when it does not exist yet)."""
+        if profile is None or not self.schema_evolution or not any(_has_timestamp_ntz(f.type) for f in schema):
+            return
+        if "timestampntz" in {f.lower() for f in profile.features}:
+            return
+        from delta.tables import DeltaTable
+
+        log.info("%s: adding the timestampNtz table feature for the TIMESTAMP_NTZ column(s) schema evolution adds",
+                 self.table_path)
+        DeltaTable.forPath(spark, self.store.root.spark_path).addFeatureSupport("timestampNtz")
 
     def _raise_if_created_by_another(self, exc: Exception, expect_new_table: bool) -> None:
         """The commit that was to create the table lost the race to another writer's: FencedError, so that
@@ -729,6 +748,19 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
     if pa.types.is_map(a) and pa.types.is_map(b):
         return _same_type(a.key_type, b.key_type) and _same_type(a.item_type, b.item_type)
     return a.equals(b)
+
+
+def _has_timestamp_ntz(kind: pa.DataType) -> bool:
+    """Whether a column of `kind` is or holds a timestamp without a time zone (Delta's TIMESTAMP_NTZ)."""
+    if pa.types.is_timestamp(kind):
+        return kind.tz is None
+    if pa.types.is_struct(kind):
+        return any(_has_timestamp_ntz(f.type) for f in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_timestamp_ntz(kind.value_type)
+    if pa.types.is_map(kind):
+        return _has_timestamp_ntz(kind.key_type) or _has_timestamp_ntz(kind.item_type)
+    return False
 
 
 def _target_schema(schemas: list[pa.Schema], table_schema: pa.Schema | None, evolve: bool) -> pa.Schema:
