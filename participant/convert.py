@@ -247,7 +247,7 @@ class Converter:
             lines, changes = self._unwrap(keys, values, rejected)
             data, kept = self._rows.read(lines, pa.array(lines, pa.binary()), rejected)
         elif self.value_schemas:
-            data, kept = self._typed(values, rejected)
+            data, kept = self._typed(values, rejected, value_array)
         elif self.value_converter == "json":
             data, kept = self._rows.read(values, value_array, rejected)
         else:
@@ -290,30 +290,31 @@ class Converter:
     # --- typed records (value.converter.schemas.enable=true): Kafka Connect's schema decides each column ---
 
     def _typed(
-        self, values: list[bytes | None], rejected: dict[int, tuple[str, str]]
+        self, values: list[bytes | None], rejected: dict[int, tuple[str, str]], value_array: pa.Array | None = None
     ) -> tuple[pa.Table | None, list[int] | None]:
         """Rows of the records not in `rejected`, each typed by its Connect schema: the payloads of each distinct
         schema decoded in one batch (record by record only for a batch the reader refuses)."""
-        groups: dict[int, tuple[Decoder, list[int], list[bytes]]] = {}
-        for i, value in enumerate(values):
-            if i in rejected:
-                continue
-            try:
-                decoder, payload = self._decoders.split(value)
-            except Problem as problem:
-                rejected[i] = (problem.error_class, problem.message)
-                continue
-            if payload == b"null":
-                rejected[i] = (NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
-            elif decoder.schema.type != "struct":
-                rejected[i] = (NOT_AN_OBJECT, f"the value's Connect schema is a {decoder.schema.type}, not a struct: "
-                                              "a row needs fields (value.converter=string or bytes keeps it whole)")
-            else:
-                group = groups.setdefault(id(decoder), (decoder, [], []))
-                group[1].append(i)
-                group[2].append(payload)
+        split, problems = self._decoders.split_many(values, [i for i in range(len(values)) if i not in rejected],
+                                                    value_array)
+        for i, problem in problems.items():
+            rejected[i] = (problem.error_class, problem.message)
+        groups = []
+        for decoder, index, payloads in split:
+            if b"null" in payloads:
+                for i, payload in zip(index, payloads):
+                    if payload == b"null":
+                        rejected[i] = (NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
+                index = [i for i, payload in zip(index, payloads) if payload != b"null"]
+                payloads = [payload for payload in payloads if payload != b"null"]
+            if decoder.schema.type != "struct":
+                for i in index:
+                    rejected[i] = (NOT_AN_OBJECT, f"the value's Connect schema is a {decoder.schema.type}, not a "
+                                                  "struct: a row needs fields (value.converter=string or bytes keeps "
+                                                  "it whole)")
+            elif index:
+                groups.append((decoder, index, payloads))
         parts = []
-        for decoder, index, payloads in groups.values():
+        for decoder, index, payloads in groups:
             joined = b"\n".join(payloads)
             table = decoder.read_batch(joined, len(payloads)) if joined.count(b"\n") == len(payloads) - 1 else None
             if table is not None:

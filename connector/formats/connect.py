@@ -19,8 +19,10 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import functools
 import json
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, InvalidOperation
@@ -369,7 +371,46 @@ def _decimal(schema: ConnectSchema) -> Decoder:
         raise _mismatch(path, f"decimal({precision},{scale})", value)
 
     return Decoder(schema, arrow_type, pa.string(), _with_default(schema, convert),
-                   _per_value(lambda v: convert(v, ""), arrow_type))
+                   _unscaled_base64(arrow_type, precision, _per_value(lambda v: convert(v, ""), arrow_type)))
+
+
+_strict_base64: Callable[[bytes], bytes] = (
+    functools.partial(binascii.a2b_base64, strict_mode=True)  # what base64.b64decode(text, validate=True) calls
+    if sys.version_info >= (3, 11) else functools.partial(base64.b64decode, validate=True))
+
+
+_WIDE_DECIMAL = pa.decimal128(38, 0)
+
+
+def _unscaled_base64(arrow_type: pa.DataType, precision: int,
+                     fallback: Callable[[pa.Array], pa.Array]) -> Callable[[pa.Array], pa.Array]:
+    """The batch decode of a Connect Decimal column (the JSON reader's base64 texts of unscaled values): the values
+    `fallback` (convert, value by value through Decimal) gives, built from the unscaled integers without a Decimal.
+    Raises ValueError where convert raises (a text that is no base64, a value with more digits than the precision),
+    so that the batch is refused and its records decoded one by one, which names the bad one."""
+    limit = 10 ** precision  # convert refuses an unscaled value of more than `precision` digits (0 has one)
+
+    def decode(array: pa.Array) -> pa.Array:
+        if array.type != pa.string() or not len(array) or sys.byteorder != "little":
+            return fallback(array)
+        offsets_buffer, data_buffer = array.buffers()[1:3]
+        offsets = memoryview(offsets_buffer).cast("i")[array.offset:array.offset + len(array) + 1].tolist()
+        data = b"" if data_buffer is None else data_buffer.to_pybytes()
+        from_bytes, strict_base64 = int.from_bytes, _strict_base64
+        # a null's text is empty (read as 0 here, and masked below)
+        unscaled = [from_bytes(strict_base64(data[start:end]), "big", signed=True)
+                    for start, end in zip(offsets, offsets[1:])]
+        low, high = min(unscaled), max(unscaled)
+        if low <= -limit or high >= limit:
+            raise ValueError("a decimal with more digits than its precision")
+        if -(1 << 63) <= low and high < 1 << 63:
+            decoded = pa.array(unscaled, pa.int64()).cast(_WIDE_DECIMAL).view(arrow_type)
+        else:
+            words = b"".join([value.to_bytes(16, "little", signed=True) for value in unscaled])
+            decoded = pa.Array.from_buffers(arrow_type, len(unscaled), [None, pa.py_buffer(words)])
+        return pc.if_else(array.is_valid(), decoded, pa.scalar(None, arrow_type)) if array.null_count else decoded
+
+    return decode
 
 
 def _variable_scale_decimal(schema: ConnectSchema) -> Decoder:
@@ -567,6 +608,12 @@ def looks_wrapped(array: pa.Array) -> pa.Array:
     return pc.match_substring_regex(array, r'^\s*\{\s*"schema"\s*:')
 
 
+_MAX_SCANS = 8
+"""Distinct schema texts of one batch matched in bulk; records past them are split one by one."""
+_MIN_SCAN = 32
+"""Fewer records than this left in a batch are split one by one (a bulk match costs more than it saves)."""
+
+
 class DecoderCache:
     """Decoders by their schema's text: a schema is parsed and compiled once, whatever the number of records."""
 
@@ -604,6 +651,86 @@ class DecoderCache:
         if isinstance(decoder, Problem):
             raise decoder
         return decoder, json.dumps(record["payload"], separators=(",", ":"), default=str).encode()
+
+    def split_many(self, values: list[bytes], index: list[int], array: pa.Array | None = None
+                   ) -> tuple[list[tuple[Decoder, list[int], list[bytes]]], dict[int, Problem]]:
+        """`split` of the records `index` (ascending) of `values`, grouped: (decoder, record numbers, payloads) per
+        decoder in the order of its first record, and the Problem of each record split refuses; the same groups,
+        payloads and problems as calling split record by record. `array`: `values` as an Arrow binary array.
+
+        The records of a batch mostly repeat one schema text: once a record shows the JSON converter's layout with a
+        schema text that compiles, every later record that starts with the same `{"schema":S,"payload":` and ends
+        with `}` is matched in bulk (split would find the same S: S holds no `,"payload":` and ends with `}`)."""
+        groups: dict[int, tuple[Decoder, list[int], list[bytes]]] = {}
+        problems: dict[int, Problem] = {}
+        unsorted: set[int] = set()
+
+        def add(decoder: Decoder, numbers: list[int], payloads: list[bytes]) -> None:
+            group = groups.get(id(decoder))
+            if group is None:
+                groups[id(decoder)] = (decoder, numbers, payloads)
+                return
+            if group[1][-1] > numbers[0]:
+                unsorted.add(id(decoder))
+            group[1].extend(numbers)
+            group[2].extend(payloads)
+
+        placed: set[int] = set()
+        scans = 0
+        for position, i in enumerate(index):
+            if i in placed:
+                continue
+            value = values[i]
+            matched = self._layout(value) if scans < _MAX_SCANS and len(index) - position >= _MIN_SCAN else None
+            if matched is None:
+                try:
+                    decoder, payload = self.split(value)
+                except Problem as problem:
+                    problems[i] = problem
+                    continue
+                add(decoder, [i], [payload])
+                continue
+            decoder, head = matched
+            scans += 1
+            if array is None:
+                array = pa.array(values, pa.binary())
+            rest = array.slice(i)
+            mask = pc.and_(pc.starts_with(rest, head.decode("utf-8")), pc.ends_with(rest, "}")).fill_null(False)
+            if pc.all(mask).as_py():
+                numbers = list(range(i, len(values)))
+            else:
+                hits = pc.indices_nonzero(mask).cast(pa.int64())
+                numbers = [i + j for j in memoryview(hits.buffers()[1]).cast("q")[hits.offset:hits.offset + len(hits)]]
+            if placed or len(index) - position != len(values) - i:  # not every record from i on is to split
+                wanted = set(index[position:]) - placed
+                numbers = [j for j in numbers if j in wanted]
+            placed.update(numbers)
+            cut = len(head)
+            add(decoder, numbers, [values[j][cut:-1] for j in numbers])
+        for key in unsorted:
+            decoder, numbers, payloads = groups[key]
+            pairs = sorted(zip(numbers, payloads), key=lambda pair: pair[0])
+            groups[key] = (decoder, [n for n, _ in pairs], [p for _, p in pairs])
+        return list(groups.values()), problems
+
+    def _layout(self, value: bytes) -> tuple[Decoder, bytes] | None:
+        """For a record in the JSON converter's layout whose schema text compiles (UTF-8, as Arrow's match kernels
+        take their pattern): its decoder and its bytes up to the payload, `{"schema":S,"payload":`; else None."""
+        if value.startswith(_HEAD) and value.endswith(b"}"):
+            end = value.find(_SEPARATOR)
+            if end > 0:
+                text = value[len(_HEAD):end]
+                decoder = self._decoders.get(text)
+                if decoder is None:
+                    decoder = self._compile_text(text)
+                if isinstance(decoder, Decoder):
+                    head = value[:end + len(_SEPARATOR)]
+                    try:
+                        head.decode("utf-8")
+                    except UnicodeDecodeError:
+                        return None
+                    return decoder, head
+        return None
 
     def _compile_text(self, text: bytes) -> Decoder | Problem:
         try:
