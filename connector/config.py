@@ -751,8 +751,13 @@ Once the table exists, a value is converted to its column's type only where that
 `decimal(10,2)` into `decimal(12,2)`, `date` into `date`); any other difference is a record error
 (`TypeMismatch`) naming the column and both types, never a cast. A field the table lacks is a new nullable
 column with `schema.evolution=true` (with its mapped type), else a record error (`NewField`). So a source's
-`ALTER TABLE ... ADD COLUMN` lands in the transaction that first carries it; a narrowing or a change of type is
-a record error. A null in a required field takes the schema's `default`, and is a record error without one
+`ALTER TABLE ... ADD COLUMN` lands in the transaction that first carries it. A source type wider than the
+column's (`int` to `bigint`, `decimal(10,2)` to `decimal(12,2)`) widens the column in that transaction where the
+table allows it: `schema.evolution=true` and the table property `delta.enableTypeWidening=true` (Delta's type
+widening: integers to wider integers or double, float to double, a decimal to one with at least as many integer
+and fraction digits, date to timestamp_ntz); the change is recorded in the table's schema as `ALTER COLUMN ...
+TYPE` records it, and the rows written before read as they were. Elsewhere, and for a narrowing or any other
+change of type, it is a record error, whose message names the property when widening would have taken it. A null in a required field takes the schema's `default`, and is a record error without one
 (`ConnectSchemaMismatch`, as are values the schema does not allow); fields a payload has beyond its schema are
 ignored, as Connect does. Each distinct schema is parsed once; payloads that share one are decoded in a batch.
 

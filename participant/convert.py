@@ -21,7 +21,7 @@ from connector.errors import ConfigError, LakesinkError
 from connector.formats import connect
 from connector.formats.connect import Decoder, DecoderCache
 from connector.formats.debezium import DELETE, UPSERT, Change, event_row
-from connector.formats.fit import cast_to, fit, widens
+from connector.formats.fit import cast_to, fit, never, widens
 from connector.formats.plain_json import JsonRows, kept_indices, true_indices, utf8_problem
 from connector.formats.problems import (  # noqa: F401 - the record error names, for the worker and tests
     DELETE_NOT_ENABLED,
@@ -39,6 +39,7 @@ from connector.formats.problems import (  # noqa: F401 - the record error names,
     kind_of,
 )
 from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
+from connector.schema.widening import arrow_widens
 from connector.upsert import (
     CDC_OP,
     CDC_SOURCE_LSN,
@@ -121,6 +122,7 @@ class Converter:
         self.key_schemas = key_schemas
         self._decoders = DecoderCache()
         self._key_type: pa.DataType | None = None
+        self._type_widening = False
         """With key schemas on: the `_kafka_key` type (the table's, or the first key's); binary keeps raw keys."""
         self._reserved = reserved_columns(upsert)
         self._reserves_meta_prefix = connect_meta_data or upsert.stages_coordinates
@@ -137,6 +139,11 @@ class Converter:
             schema = pa.schema([f for f in schema if not self._reserved_name(f.name)], metadata=schema.metadata)
         # typed records fill any column their schema maps to; plain JSON only those its reader can
         self._rows.hold(schema, check=not self.value_schemas)
+
+    def set_type_widening(self, allowed: bool) -> None:
+        """Whether the table lets a column's type widen to a record's wider type (schema evolution on, and the
+        table's `delta.enableTypeWidening`): Delta's widenings only (connector/schema/widening.py)."""
+        self._type_widening = allowed
 
     def set_key_type(self, kind: pa.DataType | None) -> None:
         """The table's `_kafka_key` type (None: no table, or no such column). With key schemas on, keys are stored
@@ -465,6 +472,10 @@ class Converter:
         table in record order; the rows that do not fit go into `rejected`."""
         whose = "the table schema" if self._rows.from_table else "the schema of earlier records"
         open_ = self.allow_new_fields or not self._rows.from_table
+        if not self._rows.from_table:
+            widen = widens  # no table yet: the column gets the wider type
+        else:
+            widen = arrow_widens if self.allow_new_fields and self._type_widening else never
         tables, order = [], []
         for index, table in parts:
             reserved = [name for name in table.column_names if self._reserved_name(name)]
@@ -473,7 +484,7 @@ class Converter:
                     rejected[i] = (RESERVED_FIELD, f"field '{reserved[0]}' uses a name reserved for a column "
                                                    "lakesink adds; rename it or set connect.meta.data=false")
                 continue
-            fitted = fit(table, self._rows.schema, open_, whose)
+            fitted = fit(table, self._rows.schema, open_, whose, widen)
             for row, error in fitted.errors.items():
                 rejected[index[row]] = error
             if fitted.table is not None:

@@ -559,6 +559,7 @@ class Worker:
         profile = read_profile(dt)
         self._split_by = profile.partition_columns if profile.fast_path else None
         self._set_table_schema(self._table.arrow_schema(dt))
+        self._converter.set_type_widening(profile.type_widening and self.cfg.schema_evolution)
         self._converter_schema_version = dt.version() if table_version is None else table_version
 
     def _set_table_schema(self, schema) -> None:

@@ -2,13 +2,15 @@
 table's, or what earlier batches had before the table exists.
 
 A column keeps the held type when the batch's type converts into it without loss (int32 into long, DECIMAL(10,2)
-into DECIMAL(12,2), date into date); before the table exists the held type may widen instead (a source's
-`ALTER TABLE` that widened a column). Anything else is a record error for each record that has a value there,
-never a cast that rounds or truncates. A column the held schema lacks is added when the schema is open (no table
-yet, or schema evolution on) and a record error (`NewField`) otherwise.
+into DECIMAL(12,2), date into date). The held type widens instead (a source's `ALTER TABLE` that widened a
+column) before the table exists, and on a table that allows it: schema evolution on and Delta's type widening
+(`delta.enableTypeWidening=true`), for the changes Delta allows. Anything else is a record error for each record
+that has a value there, never a cast that rounds or truncates. A column the held schema lacks is added when the
+schema is open (no table yet, or schema evolution on) and a record error (`NewField`) otherwise.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -66,7 +68,16 @@ def _list(kind: pa.DataType) -> bool:
     return pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
-def merged(held: pa.DataType, source: pa.DataType, open_: bool) -> pa.DataType:
+Widen = Callable[[pa.DataType, pa.DataType], bool]
+"""Whether a held column's type may become a wider one: any lossless widening before the table exists, Delta's
+type widening for a table that allows it (connector/schema/widening.py), none otherwise."""
+
+
+def never(held: pa.DataType, source: pa.DataType) -> bool:
+    return False
+
+
+def merged(held: pa.DataType, source: pa.DataType, open_: bool, widen: Widen = never) -> pa.DataType:
     """The type a column holding `held` has after values of `source` join it; raises Mismatch (with the path's
     first differing place) when that would lose data or, for a closed schema, needs a new nested field."""
     types = pa.types
@@ -74,25 +85,25 @@ def merged(held: pa.DataType, source: pa.DataType, open_: bool) -> pa.DataType:
         fields = []
         for f in held:
             i = source.get_field_index(f.name)
-            fields.append(f if i < 0 else f.with_type(_nested(f.name, f.type, source.field(i).type, open_)))
+            fields.append(f if i < 0 else f.with_type(_nested(f.name, f.type, source.field(i).type, open_, widen)))
         new = [f.with_nullable(True) for f in source if held.get_field_index(f.name) < 0]
         if new and not open_:
             raise Mismatch(f"has no field '{new[0].name}'")
         return pa.struct(fields + new)
     if _list(held) and _list(source):
         item = held.value_field
-        grown = item.with_type(_nested("[]", item.type, source.value_type, open_))
+        grown = item.with_type(_nested("[]", item.type, source.value_type, open_, widen))
         return pa.large_list(grown) if types.is_large_list(held) else pa.list_(grown)
     if widens(source, held):
         return held
-    if open_ and widens(held, source):
+    if widen(held, source):
         return source
     raise Mismatch("")
 
 
-def _nested(name: str, held: pa.DataType, source: pa.DataType, open_: bool) -> pa.DataType:
+def _nested(name: str, held: pa.DataType, source: pa.DataType, open_: bool, widen: Widen) -> pa.DataType:
     try:
-        return merged(held, source, open_)
+        return merged(held, source, open_, widen)
     except Mismatch as error:
         raise Mismatch(f".{name}{error}" if str(error).startswith((".", "[")) or not str(error) else
                        f".{name} {error}") from None
@@ -110,8 +121,9 @@ class Fitted:
     """Row number -> (error class, message) for the rows that do not fit."""
 
 
-def fit(batch: pa.Table, held: pa.Schema | None, open_: bool, whose: str) -> Fitted:
-    """`batch` (typed by its source's schema) held to `held`; `whose` names the held schema in messages."""
+def fit(batch: pa.Table, held: pa.Schema | None, open_: bool, whose: str, widen: Widen = never) -> Fitted:
+    """`batch` (typed by its source's schema) held to `held`; `whose` names the held schema in messages. open_: new
+    columns and fields may join; widen: which held types may widen to the batch's."""
     if held is None:
         return Fitted(batch, list(range(batch.num_rows)), batch.schema, {})
     errors: dict[int, tuple[str, str]] = {}
@@ -131,13 +143,17 @@ def fit(batch: pa.Table, held: pa.Schema | None, open_: bool, whose: str) -> Fit
             reason = (NEW_FIELD, f"new field '{name}' not in {whose}; set schema.evolution=true to add it")
         else:
             try:
-                target = merged(schema[i].type, kind, open_)
+                target = merged(schema[i].type, kind, open_, widen)
                 schema[i] = schema[i].with_type(target)
                 continue
             except Mismatch as error:
                 where = f"{name}{error}" if str(error).startswith((".", "[")) else name
+                hint = ""
+                if widens(schema[i].type, kind) and not widen(schema[i].type, kind):
+                    hint = (" (a wider type: the table's column widens with schema.evolution=true and the table "
+                            "property delta.enableTypeWidening=true, where Delta allows the change)")
                 reason = (TYPE_MISMATCH, f"column '{where}' is {kind} in the record's schema, but {whose} has "
-                                         f"{schema[i].type}: not a lossless conversion")
+                                         f"{schema[i].type}: not a lossless conversion{hint}")
         for row in pc.indices_nonzero(present.combine_chunks() if isinstance(present, pa.ChunkedArray)
                                       else present).to_pylist():
             errors.setdefault(row, reason)

@@ -17,6 +17,8 @@ import deltalake
 import pyarrow as pa
 from py4j.protocol import Py4JError
 
+from connector.schema.widening import delta_widens
+
 
 class DeltaLogCommitter:
     def __init__(self, spark, read_table: Callable[[str, int], object] | None = None):
@@ -47,9 +49,15 @@ class DeltaLogCommitter:
         elif schema is not None:
             current = json.loads(txn.metadata().json())["metaData"]
             table = json.loads(current["schemaString"])
-            grown = added_columns(table, json.loads(spark_schema_json(schema)))
+            widening = self._type_widening(txn)
+            grown = added_columns(table, json.loads(spark_schema_json(schema)), widening=widening)
             if grown != table:
-                current["schemaString"] = json.dumps(grown)
+                text = json.dumps(grown)
+                if widening:  # the type changes recorded in the fields' metadata, as ALTER COLUMN ... TYPE does
+                    text = self._jvm.org.apache.spark.sql.delta.TypeWideningMetadata.addTypeWideningMetadata(
+                        txn, self._jvm.org.apache.spark.sql.types.DataType.fromJson(text),
+                        txn.metadata().schema()).json()
+                current["schemaString"] = text
                 txn.updateMetadata(self._action({"metaData": current}), False)
         # lastUpdated: Delta expires a txn older than delta.setTransactionRetentionDuration; every commit of the
         # connector refreshes its own
@@ -71,6 +79,10 @@ class DeltaLogCommitter:
             return -1
         found = self._read_table(table_path, read_version).transaction_version(app_id)
         return -1 if found is None else int(found)
+
+    def _type_widening(self, txn) -> bool:
+        """Whether the table lets a column's type widen (the typeWidening feature with delta.enableTypeWidening)."""
+        return bool(self._jvm.org.apache.spark.sql.delta.TypeWidening.isEnabled(txn.protocol(), txn.metadata()))
 
     # --- py4j plumbing ---------------------------------------------------------------------------------------
 
@@ -107,10 +119,11 @@ class TableExistsError(Exception):
     """The commit expected to create the table, and another writer created it first."""
 
 
-def added_columns(table: dict, records: dict, path: str = "") -> dict:
+def added_columns(table: dict, records: dict, path: str = "", widening: bool = False) -> dict:
     """The table's schema (Delta's JSON form) with the columns and struct fields that only `records` has appended,
     nullable. Every existing field keeps its type, nullability and metadata (comments, column-mapping ids,
-    generation expressions): evolution only adds. A field whose type differs is an IncompatibleSchemas error."""
+    generation expressions): evolution only adds, and, with `widening` (the table's typeWidening), widens a type
+    the way Delta allows. A field whose type differs otherwise is an IncompatibleSchemas error."""
     from connector.schema.algebra import IncompatibleSchemas
 
     have = {f["name"]: f for f in table.get("fields", [])}
@@ -120,7 +133,9 @@ def added_columns(table: dict, records: dict, path: str = "") -> dict:
         if other is not None and _shape(f["type"]) != _shape(other["type"]):
             if isinstance(f["type"], dict) and isinstance(other["type"], dict) \
                     and f["type"].get("type") == other["type"].get("type") == "struct":
-                f = {**f, "type": added_columns(f["type"], other["type"], f"{path}{f['name']}.")}
+                f = {**f, "type": added_columns(f["type"], other["type"], f"{path}{f['name']}.", widening)}
+            elif widening and delta_widens(f["type"], other["type"]):
+                f = {**f, "type": other["type"]}
             else:
                 raise IncompatibleSchemas(
                     f"column '{path}{f['name']}' is {json.dumps(f['type'])} in the table and "

@@ -63,6 +63,7 @@ IDENTITY_EXPLICIT = "delta.identity.allowExplicitInsert"
 DEFAULT = "CURRENT_DEFAULT"
 INVARIANTS = "delta.invariants"
 CONSTRAINT_PREFIX = "delta.constraints."
+TYPE_WIDENING = "delta.enableTypeWidening"
 
 
 class UnsupportedTableError(SetupError):
@@ -91,6 +92,7 @@ class TableProfile:
     defaults: tuple[str, ...] = ()
     constraints: tuple[Constraint, ...] = ()
     txn_retention_s: float | None = None  # delta.setTransactionRetentionDuration: Delta forgets older txns
+    type_widening: bool = False  # delta.enableTypeWidening=true: a column's type may widen (byte -> int, ...)
 
     def txn_refresh_s(self) -> float | None:
         """How long the connector may go without a commit before it must refresh its txn (an empty commit), so
@@ -186,7 +188,8 @@ def profile(reader_version: int, writer_version: int, reader_features, writer_fe
         int(reader_version), int(writer_version), frozenset(reader_features or ()), frozenset(writer_features or ()),
         configuration.get("delta.columnMapping.mode", "none").lower(), tuple(partition_columns or ()),
         generated, identity, tuple(defaults), tuple(constraints),
-        interval_seconds(configuration.get("delta.setTransactionRetentionDuration")))
+        interval_seconds(configuration.get("delta.setTransactionRetentionDuration")),
+        configuration.get(TYPE_WIDENING, "false").lower() == "true")
 
 
 _UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "millisecond": 0.001}

@@ -732,3 +732,52 @@ def test_without_value_schemas_a_wrapped_value_is_dead_lettered_never_schema_and
         assert value == values[offset - coords[0][1]]
         assert headers[CLASS] == "UnexpectedConnectSchema"
         assert "value.converter.schemas.enable=true" in headers[MESSAGE]
+
+
+@pytest.mark.parametrize("widening,mode", [(True, "append"), (True, "upsert"), (False, "append")],
+                         ids=["type-widening-on", "type-widening-on-merge", "type-widening-off"])
+def test_a_source_type_that_widens_widens_the_column_only_where_the_table_allows_it(
+        kafka_bootstrap, make_topic, tmp_path, spark, widening, mode):
+    """A source's ALTER TABLE widened id to bigint, price to decimal(12,2), qty to int. With schema evolution and the
+    table's type widening (delta.enableTypeWidening) the columns widen in the commit that brings the first such
+    record, the rows Spark wrote before read as they were; without it those records are dead-lettered, naming the
+    column and the property, and the table's schema stays as it was."""
+    topic, dlq = make_topic(partitions=1), make_topic(prefix="dlq")
+    table = tmp_path / "tables" / "orders"
+    properties = "TBLPROPERTIES ('delta.enableTypeWidening' = 'true')" if widening else ""
+    spark.sql(f"CREATE TABLE delta.`{table}` (id INT, price DECIMAL(10,2), qty SMALLINT) USING delta {properties}")
+    spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 12.34, 7)")
+    cfg = _config(tmp_path, kafka_bootstrap, topic, table, **{
+        "value.converter.schemas.enable": "true", "schema.evolution": "true", "connect.meta.data": "false",
+        "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq, "write.mode": mode,
+        "record.key.fields": "id" if mode == "upsert" else ""})
+    narrow = struct("db.shop.orders.Value", field("id", "int32", optional=False), field("price", *decimal(2, 10)),
+                    field("qty", "int16"))
+    wide = struct("db.shop.orders.Value", field("id", "int64", optional=False), field("price", *decimal(2, 12)),
+                  field("qty", "int32"))
+    records = [wrapped(narrow, {"id": 2, "price": unscaled("-0.01", 2), "qty": -32768}),
+               wrapped(wide, {"id": 2 ** 40, "price": unscaled("9999999999.99", 2), "qty": 2 ** 31 - 1})]
+    coords = _produce(kafka_bootstrap, topic, [(0, None, v) for v in records])
+    with Sink(cfg, spark) as sink:
+        _drain(sink, cfg, _ends(coords, topic), "the orders committed")
+
+    spark_types, spark_rows = spark_read(spark, table)
+    readers = [("spark", spark_rows)]
+    rows = {1: (Decimal("12.34"), 7), 2: (Decimal("-0.01"), -32768)}
+    log = json.loads(deltalake.DeltaTable(str(table)).schema().to_json())["fields"]
+    if widening:
+        # delta-rs (1.6) reads the log but refuses the data of a table with the typeWidening reader feature
+        assert spark_types == {"id": "bigint", "price": "decimal(12,2)", "qty": "int"}
+        assert [f["type"] for f in log] == ["long", "decimal(12,2)", "integer"]
+        changes = {f["name"]: f["metadata"].get("delta.typeChanges") for f in log}
+        assert changes["id"] == [{"fromType": "integer", "toType": "long"}], changes
+        rows[2 ** 40] = (Decimal("9999999999.99"), 2 ** 31 - 1)
+    else:
+        assert spark_types == {"id": "int", "price": "decimal(10,2)", "qty": "smallint"}
+        [(headers, value)] = _letters(kafka_bootstrap, dlq, 1).values()
+        assert value == records[1] and headers[CLASS] == "TypeMismatch"
+        assert "column 'id'" in headers[MESSAGE] and "delta.enableTypeWidening=true" in headers[MESSAGE], headers
+        assert [f["type"] for f in log] == ["integer", "decimal(10,2)", "short"]
+        readers.append(("delta-rs", delta_read(table)[2]))
+    for reader, got in readers:
+        assert {r["id"]: (r["price"], r["qty"]) for r in got} == rows, reader

@@ -12,6 +12,7 @@ import pytest
 from connector.formats import connect
 from connector.formats.connect import DecoderCache, Problem, compile_schema, parse_schema
 from connector.formats.fit import NEW_FIELD, TYPE_MISMATCH, fit, widens
+from connector.schema.widening import arrow_widens
 from participant.convert import NULL_VALUE, Converter
 
 UTC = dt.timezone.utc
@@ -266,7 +267,9 @@ def test_a_tables_types_hold_typed_records_where_lossless():
     [failure] = result.failures
     assert failure.error_class == TYPE_MISMATCH
     assert failure.error_message == ("column 'price' is decimal128(14, 4) in the record's schema, but the table schema "
-                                     "has decimal128(12, 2): not a lossless conversion")
+                                     "has decimal128(12, 2): not a lossless conversion (a wider type: the table's "
+                                     "column widens with schema.evolution=true and the table property "
+                                     "delta.enableTypeWidening=true, where Delta allows the change)")
 
 
 # --- fitting --------------------------------------------------------------------------------------------
@@ -284,10 +287,18 @@ def test_widens_allows_only_lossless_conversions(source, target, ok):
     assert widens(source, target) is ok
 
 
+def test_a_table_that_allows_type_widening_widens_only_as_delta_does():
+    held = pa.schema([("id", pa.int32()), ("n", pa.int64())])
+    batch = pa.table({"id": pa.array([2 ** 40], pa.int64()), "n": pa.array([1.5], pa.float64())})
+    fitted = fit(batch, held, open_=True, whose="the table schema", widen=arrow_widens)
+    assert fitted.schema == pa.schema([("id", pa.int64()), ("n", pa.int64())])
+    assert fitted.errors[0][0] == TYPE_MISMATCH and "column 'n'" in fitted.errors[0][1], "long to double: not Delta's"
+
+
 def test_before_the_table_a_widened_source_type_widens_the_column_and_new_fields_join():
     held = pa.schema([("id", pa.int32())])
     batch = pa.table({"id": pa.array([2 ** 40], pa.int64()), "note": ["x"]})
-    fitted = fit(batch, held, open_=True, whose="the schema of earlier records")
+    fitted = fit(batch, held, open_=True, whose="the schema of earlier records", widen=widens)
     assert fitted.schema == pa.schema([("id", pa.int64()), ("note", pa.string())]) and fitted.errors == {}
     closed = fit(batch, held, open_=False, whose="the table schema")
     assert {row: error[0] for row, error in closed.errors.items()} == {0: TYPE_MISMATCH}
