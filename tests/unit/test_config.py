@@ -224,6 +224,18 @@ def test_every_key_is_typed_parsed_and_exposed_under_its_attribute_name():
             id="keyed-mode-needs-json",
         ),
         pytest.param(
+            {"value.converter.schemas.enable": "true", "value.converter": "bytes"},
+            (),
+            "value.converter.schemas.enable=true needs value.converter=json",
+            id="schemas-need-json",
+        ),
+        pytest.param(
+            {"value.converter.schemas.enable": "yes"},
+            (),
+            "value.converter.schemas.enable",
+            id="schemas-enable-is-a-boolean",
+        ),
+        pytest.param(
             {"consumer.group.id": "other"}, (), "consumer.group.id: set kafka.group.id instead", id="owned-passthrough"
         ),
         pytest.param(
