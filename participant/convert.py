@@ -370,7 +370,7 @@ class Converter:
     def _typed_change(
         self, key: bytes | None, value: bytes | None
     ) -> tuple[list[tuple[str, Decoder]], dict[str, Any], Change]:
-        """A record's typed row (and the decoder of each of its columns) and its change; raises _Rejected/Problem."""
+        """A record's typed row (and the decoder of each of its columns) and its change; raises Problem."""
         spec = self.upsert
         decoder: Decoder | None = None
         if value is None:  # a tombstone, here only with deletes on
@@ -406,11 +406,7 @@ class Converter:
     def _typed_key(self, key: bytes | None) -> tuple[dict[str, Any], dict[str, Decoder]]:
         """The Kafka key's fields as typed values and their decoders: typed by the key's Connect schema when it has
         one (the wrapper is recognised whatever key.converter.schemas.enable says), else as plain JSON values."""
-        hint = "record.key.fields is empty, so the key's fields are the row's key"
-        if key is None:
-            raise Problem(MISSING_KEY, f"the record has no Kafka key; {hint} (or set record.key.fields to take it "
-                                       "from the value)")
-        if _WRAPPED_HEAD.match(key):
+        if key is not None and _WRAPPED_HEAD.match(key):
             try:
                 decoder, payload = self._decoders.split(key)
                 if decoder.schema.type == "struct":
@@ -421,16 +417,10 @@ class Converter:
             except Problem as problem:
                 raise Problem(MISSING_KEY, f"the Kafka key cannot be read with its Connect schema: {problem.message}"
                                 ) from None
-            raise Problem(MISSING_KEY, f"the Kafka key's Connect payload is no struct; {hint}")
-        if self.key_schemas:
-            raise Problem(MISSING_KEY, "the Kafka key is not a Kafka Connect record with a schema though "
-                                       "key.converter.schemas.enable=true says it is")
-        try:
-            parsed = json.loads(key.decode("utf-8"), parse_float=connect.Decimal)
-        except ValueError as error:  # UnicodeDecodeError included
-            raise Problem(MISSING_KEY, f"the Kafka key is not JSON ({error}); {hint}") from None
-        if type(parsed) is not dict:
-            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind_of(parsed)}, not an object; {hint}")
+            raise Problem(MISSING_KEY, f"the Kafka key's Connect payload is no struct; {_KEY_HINT}")
+        if key is not None and self.key_schemas:
+            raise Problem(MISSING_KEY, _KEY_NOT_WRAPPED)
+        parsed = self._key_object(key, unwrap=False)
         decoders = {name: connect.compile_schema(connect.plain_schema(v)) for name, v in parsed.items()}
         try:
             return {name: decoders[name].to_value(v, name) for name, v in parsed.items()}, decoders
@@ -451,8 +441,7 @@ class Converter:
                 value = decoder.to_value(connect.load_payload(payload), "_kafka_key")
             except Problem as problem:
                 if problem.error_class == connect.NOT_WRAPPED:
-                    rejected[i] = (MISSING_KEY, "the Kafka key is not a Kafka Connect record with a schema though "
-                                                "key.converter.schemas.enable=true says it is")
+                    rejected[i] = (MISSING_KEY, _KEY_NOT_WRAPPED)
                 else:
                     rejected[i] = (problem.error_class, f"the Kafka key: {problem.message}")
                 continue
@@ -593,17 +582,19 @@ class Converter:
         return held
 
     @staticmethod
-    def _key_object(key: bytes | None) -> dict[str, Any]:
-        hint = "record.key.fields is empty, so the key's fields are the row's key"
+    def _key_object(key: bytes | None, unwrap: bool = True) -> dict[str, Any]:
+        """The Kafka key as a JSON object (unwrap: without the JSON converter's wrapper); raises
+        Problem(MISSING_KEY)."""
         if key is None:
-            raise Problem(MISSING_KEY, f"the record has no Kafka key; {hint} (or set record.key.fields to take it "
+            raise Problem(MISSING_KEY, f"the record has no Kafka key; {_KEY_HINT} (or set record.key.fields to take it "
                                        "from the value)")
         try:
-            parsed = connect_payload(json.loads(key.decode("utf-8")))
+            parsed = json.loads(key.decode("utf-8"))
         except ValueError as error:  # UnicodeDecodeError included
-            raise Problem(MISSING_KEY, f"the Kafka key is not JSON ({error}); {hint}") from None
+            raise Problem(MISSING_KEY, f"the Kafka key is not JSON ({error}); {_KEY_HINT}") from None
+        parsed = connect_payload(parsed) if unwrap else parsed
         if type(parsed) is not dict:
-            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind_of(parsed)}, not an object; {hint}")
+            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind_of(parsed)}, not an object; {_KEY_HINT}")
         return parsed
 
     def _with_changes(self, data: pa.Table, changes: list[Change | None], kept: list[int] | None) -> pa.Table:
@@ -649,7 +640,10 @@ def _with_coordinates(
     return data
 
 
-_WRAPPED_HEAD = re.compile(rb'\s*\{\s*"schema"\s*:')
+_WRAPPED_HEAD = re.compile(connect.WRAPPED_HEAD.encode())
+_KEY_HINT = "record.key.fields is empty, so the key's fields are the row's key"
+_KEY_NOT_WRAPPED = ("the Kafka key is not a Kafka Connect record with a schema though key.converter.schemas.enable=true "
+                    "says it is")
 
 
 def _reject_wrapped(values: list[bytes | None], array: pa.Array, rejected: dict[int, tuple[str, str]]) -> None:
@@ -669,7 +663,7 @@ def _reject_wrapped(values: list[bytes | None], array: pa.Array, rejected: dict[
 
 
 def _child(decoder: Decoder, name: str) -> Decoder:
-    """The decoder of a struct's field; raises _Rejected when the schema has no such struct field."""
+    """The decoder of a struct's field; raises Problem when the schema has no such struct field."""
     for child_name, child in decoder.children:
         if child_name == name and child.schema.type == "struct":
             return child

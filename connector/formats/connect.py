@@ -351,14 +351,10 @@ def _decimal(schema: ConnectSchema) -> Decoder:
         raise Problem(INVALID_SCHEMA, f"a Connect Decimal of precision {precision} and scale {scale} does not fit "
                                       f"Delta's DECIMAL (precision at most 38, scale 0 to the precision)")
     arrow_type = pa.decimal128(max(precision, 1), scale)
-    quantum = Decimal(1).scaleb(-scale)
 
     def exact(number: Decimal, path: str) -> Decimal:
-        try:
-            fitted = number.quantize(quantum, context=_EXACT)
-        except InvalidOperation:
-            fitted = None
-        if fitted is None or fitted != number or len(fitted.as_tuple().digits) > precision and fitted != 0:
+        fitted = _fitted(number, scale, precision)
+        if fitted is None:
             raise _mismatch(path, f"decimal({precision},{scale})", str(number))
         return fitted
 
@@ -413,20 +409,28 @@ def _unscaled_base64(arrow_type: pa.DataType, precision: int,
     return decode
 
 
+def _fitted(number: Decimal, scale: int, precision: int) -> Decimal | None:
+    """`number` with exactly `scale` fraction digits, if that neither rounds it nor takes more than `precision`
+    digits; else None."""
+    try:
+        fitted = number.quantize(Decimal(1).scaleb(-scale), context=_EXACT)
+    except InvalidOperation:
+        return None
+    if fitted != number or len(fitted.as_tuple().digits) > precision and fitted != 0:
+        return None
+    return fitted
+
+
 def _variable_scale_decimal(schema: ConnectSchema) -> Decoder:
     arrow_type = VARIABLE_SCALE_TYPE
-    quantum = Decimal(1).scaleb(-arrow_type.scale)
 
     def convert(value: Any, path: str) -> Decimal:
         if type(value) is not dict or type(value.get("scale")) is not int:
             raise _mismatch(path, "a variable-scale decimal {scale, value}", value)
         unscaled = int.from_bytes(_base64(value.get("value"), f"{path}.value"), "big", signed=True)
         number = Decimal(unscaled).scaleb(-value["scale"], context=_EXACT)
-        try:
-            fitted = number.quantize(quantum, context=_EXACT)
-        except InvalidOperation:
-            fitted = None
-        if fitted is None or fitted != number or len(fitted.as_tuple().digits) > arrow_type.precision:
+        fitted = _fitted(number, arrow_type.scale, arrow_type.precision)
+        if fitted is None:
             raise Problem(SCHEMA_MISMATCH, f"field '{path}' is {number}, which decimal(38,18) (the column type of a "
                                            f"variable-scale decimal) cannot hold exactly")
         return fitted
@@ -603,9 +607,13 @@ def is_wrapper(value: Any) -> bool:
             and value["schema"].get("type") in (*PRIMITIVES, "struct", "array", "map"))
 
 
+WRAPPED_HEAD = r'^\s*\{\s*"schema"\s*:'
+"""How a JSON text that may be the wrapper begins (to be confirmed with is_wrapper, or by decoding it)."""
+
+
 def looks_wrapped(array: pa.Array) -> pa.Array:
-    """A mask of the JSON texts (binary) that may be the wrapper (to be confirmed with is_wrapper)."""
-    return pc.match_substring_regex(array, r'^\s*\{\s*"schema"\s*:')
+    """A mask of the JSON texts (binary) that may be the wrapper."""
+    return pc.match_substring_regex(array, WRAPPED_HEAD)
 
 
 _MAX_SCANS = 8
@@ -627,17 +635,13 @@ class DecoderCache:
         The JSON converter writes `{"schema":S,"payload":P}`; S is found without parsing the record when the text
         before the first `,"payload":` parses as one complete JSON object (then the record's schema is exactly that
         text, as a JSON value ends where it closes). Any other layout is parsed whole."""
-        if value.startswith(_HEAD) and value.endswith(b"}"):
-            end = value.find(_SEPARATOR)
-            if end > 0:
-                text = value[len(_HEAD):end]
-                decoder = self._decoders.get(text)
-                if decoder is None:
-                    decoder = self._compile_text(text)
-                if isinstance(decoder, Decoder):
-                    return decoder, value[end + len(_SEPARATOR):-1]
-                if decoder.error_class != NOT_WRAPPED:
-                    raise decoder
+        compact = self._compact(value)
+        if compact is not None:
+            decoder, end = compact
+            if isinstance(decoder, Decoder):
+                return decoder, value[end:-1]
+            if decoder.error_class != NOT_WRAPPED:
+                raise decoder
         try:
             record = json.loads(value, parse_float=Decimal)
         except (ValueError, RecursionError) as error:
@@ -716,21 +720,27 @@ class DecoderCache:
     def _layout(self, value: bytes) -> tuple[Decoder, bytes] | None:
         """For a record in the JSON converter's layout whose schema text compiles (UTF-8, as Arrow's match kernels
         take their pattern): its decoder and its bytes up to the payload, `{"schema":S,"payload":`; else None."""
-        if value.startswith(_HEAD) and value.endswith(b"}"):
-            end = value.find(_SEPARATOR)
-            if end > 0:
-                text = value[len(_HEAD):end]
-                decoder = self._decoders.get(text)
-                if decoder is None:
-                    decoder = self._compile_text(text)
-                if isinstance(decoder, Decoder):
-                    head = value[:end + len(_SEPARATOR)]
-                    try:
-                        head.decode("utf-8")
-                    except UnicodeDecodeError:
-                        return None
-                    return decoder, head
-        return None
+        compact = self._compact(value)
+        if compact is None or not isinstance(compact[0], Decoder):
+            return None
+        head = value[:compact[1]]
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return compact[0], head
+
+    def _compact(self, value: bytes) -> tuple[Decoder | Problem, int] | None:
+        """For a record in the JSON converter's compact layout `{"schema":S,"payload":P}`: the decoder of S (or why S
+        is none: NOT_WRAPPED when S is no complete JSON object) and where P begins; None for any other layout."""
+        if not (value.startswith(_HEAD) and value.endswith(b"}")):
+            return None
+        end = value.find(_SEPARATOR)
+        if end <= 0:
+            return None
+        text = value[len(_HEAD):end]
+        decoder = self._decoders.get(text)
+        return (self._compile_text(text) if decoder is None else decoder), end + len(_SEPARATOR)
 
     def _compile_text(self, text: bytes) -> Decoder | Problem:
         try:
