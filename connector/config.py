@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import javaproperties
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from connector.errors import ConfigError
+from connector.secrets import REDACTED, Scrubber
 
 OffsetReset = Literal["earliest", "latest"]
 OffsetResetPolicy = Literal["fail", "earliest", "latest"]
@@ -28,17 +29,31 @@ Tolerance = Literal["none", "all"]
 WriteMode = Literal["append", "upsert", "dedup"]
 DeleteMode = Literal["hard", "soft"]
 Envelope = Literal["none", "debezium"]
+NamePolicy = Literal["column_mapping", "sanitize", "error"]
 LogFormat = Literal["text", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 EVENT_ORDER_FIELDS = ("ts_ms", "source.ts_ms", "source.lsn")
 """upsert.order.field values that name a field of a Debezium event rather than of the row."""
 
-REDACTED = "******"
 PASS_THROUGH = {"consumer.": "consumer_overrides", "producer.": "producer_overrides", "spark.": "spark_conf"}
 """Key prefix -> the LakesinkConfig attribute that collects those keys."""
 
-_SECRET = re.compile(r"password|secret|token|jaas|key\.pem|keystore|truststore\.password|sasl\.jaas", re.IGNORECASE)
+_SECRET_PARTS = ("password", "passwd", "passphrase", "secret", "token", "credential", "jaas")
+"""A word of a key that contains one of these names a secret: `sasl.password`, `spark.ssl.keyStorePassword`,
+`sasl.oauthbearer.client.secret`, `fs.s3a.session.token`, `spark.kubernetes.authenticate.oauthToken`."""
+_RECORD_KEY_NEIGHBOURS = frozenset({"record", "message", "partition", "primary", "sort", "row", "converter",
+                                    "deserializer", "serializer", "field", "fields", "schema", "schemas", "columns"})
+"""Words beside `key` that make it a record's key, not a cryptographic one: `record.key.fields`, `key.converter`."""
+_NOT_A_SECRET_ENDINGS = ("file", "location", "path", "dir", "url", "uri", "endpoint", "host", "port", "type", "class",
+                         "provider", "providers", "binding", "algorithm", "mechanism", "method", "enabled", "enable",
+                         "size", "length", "bits", "timeout", "seconds")
+"""A key whose last word ends so names where or what kind a secret is, or a setting about it, never the secret
+itself: `ssl.keystore.location`, `sasl.oauthbearer.token.endpoint.url`, `fs.s3a.aws.credentials.provider`,
+`fs.s3a.encryption.algorithm`, `spark.io.encryption.keySizeBits`. Masking those would hide paths and class
+names from the very errors that need them (and scrub every `true` or `256` from the logs)."""
+_NOT_A_SECRET_LAST_WORDS = frozenset({"id", "ms"})
+"""`aws.access.key.id` and `sasl.oauthbearer.client.id` identify credentials without being them."""
 _ENV_REF = re.compile(r"\$\{env:([^}]*)\}")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _KAFKA_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -53,8 +68,29 @@ _OWNED_BY_LAKESINK = {
 
 
 def is_secret(key: str) -> bool:
-    """True when a key's value must never be logged or shown."""
-    return _SECRET.search(key) is not None
+    """True when a key's value must never be logged or shown: the one definition every output path relies on.
+
+    Secret: a word containing password, passwd, passphrase, secret, token, credential or jaas; a cryptographic `key`
+    (an access, secret, account, encryption, private or API key: `fs.s3a.access.key`, `fs.s3a.encryption.key`,
+    `fs.azure.account.key.<account>.dfs.core.windows.net`, `ssl.key.pem`, `apiKey`); an Azure SAS
+    (`fs.azure.sas.<container>.<account>...`); librdkafka's `sasl.oauthbearer.config`. Not secret: a key whose last
+    word names a location, kind or setting (_NOT_A_SECRET_ENDINGS) or is `id` or `ms`, and a record's key
+    (`record.key.fields`, `key.converter`). Also applied to `${env:VAR}` names, whose words are separated by `_`."""
+    words = _words(key)
+    if not words or words[-1] in _NOT_A_SECRET_LAST_WORDS or words[-1].endswith(_NOT_A_SECRET_ENDINGS):
+        return False
+    if any(part in word for word in words for part in _SECRET_PARTS):
+        return True
+    if "sas" in words or words[-2:] == ["oauthbearer", "config"]:
+        return True
+    return any(word == "key" and not _RECORD_KEY_NEIGHBOURS.intersection(words[max(0, i - 1):i + 2])
+               for i, word in enumerate(words))
+
+
+def _words(key: str) -> list[str]:
+    """The lower-case words of a key, separated by any of `.`, `_`, `-`; a trailing `key` is a word of its own
+    (`apiKey` -> api key, `partitionKey` -> partition key), a leading one is not (`keyStore`, `keySizeBits`)."""
+    return [word for word in re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z0-9])key\b", ".key", key.lower())) if word]
 
 
 @dataclass(frozen=True)
@@ -372,6 +408,17 @@ class LakesinkConfig(BaseModel):
             "field or a changed type is a record error.",
         ),
     ] = False
+    field_name_policy: Annotated[
+        NamePolicy,
+        Key(
+            _choice(get_args(NamePolicy)),
+            "A field name Delta refuses without column mapping (a space or any of `,;{}()=`, a tab, a newline): "
+            "`column_mapping` creates a new table that needs it with `delta.columnMapping.mode=name` (a table "
+            "without such names stays plain) and takes such names into a table that has column mapping; "
+            "`sanitize` replaces those characters by `_`; `error` makes the record a record error. A plain table "
+            "never takes such a name: its record is a record error naming this key.",
+        ),
+    ] = "column_mapping"
 
     write_mode: Annotated[
         WriteMode,
@@ -429,6 +476,10 @@ class LakesinkConfig(BaseModel):
     producer_overrides: dict[str, str] = Field(default_factory=dict)
     spark_conf: dict[str, str] = Field(default_factory=dict)
 
+    _env_secrets: tuple[str, ...] = PrivateAttr(default=())
+    """What `${env:VAR}` substitution put into a secret key, or read from a variable with a secret name
+    (`${env:KAFKA_PASSWORD}` inside any key): set by config_from_dict, part of secrets()."""
+
     @model_validator(mode="before")
     @classmethod
     def _derive_group_id(cls, data: Any) -> Any:
@@ -451,11 +502,28 @@ class LakesinkConfig(BaseModel):
     def describe(self) -> dict[str, str]:
         """Every key and its value as .properties text, secrets that are set shown as ******: for logs and status
         output."""
+        return {key: REDACTED if is_secret(key) and value else value for key, value in self._properties().items()}
+
+    def secret_properties(self) -> dict[str, str]:
+        """The secret keys that are set (typed and pass-through alike), with their values in clear."""
+        return {key: value for key, value in self._properties().items() if value and is_secret(key)}
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret value of this configuration, for the output paths to replace (connector/secrets.py): the
+        values of the secret keys, the values of secret-named `name=value` pairs inside them (a JAAS config's
+        `password="..."`, which a client library may echo alone), and what `${env:VAR}` substitution supplied to a
+        secret key or read from a secret-named variable."""
+        values = list(self.secret_properties().values())
+        found = [*values, *(part for value in values for part in _embedded_secrets(value)), *self._env_secrets]
+        return tuple(dict.fromkeys(found))
+
+    def _properties(self) -> dict[str, str]:
+        """Every key and its value as .properties text, in clear."""
         shown = {setting.name: _render(getattr(self, setting.attr)) for setting in SETTINGS}
         for prefix, attr in PASS_THROUGH.items():
             for key, value in sorted(getattr(self, attr).items()):
                 shown[_full_key(prefix, key)] = value
-        return {key: REDACTED if is_secret(key) and value else value for key, value in shown.items()}
+        return shown
 
     def __repr_args__(self) -> Any:
         for attr, value in super().__repr_args__():
@@ -466,6 +534,15 @@ class LakesinkConfig(BaseModel):
                 yield attr, REDACTED
             else:
                 yield attr, value
+
+
+_PAIR = re.compile(r"""([A-Za-z_][\w.-]*)\s*=\s*("[^"]*"|'[^']*'|[^\s"';,&]+)""")
+"""A `name=value` pair inside a value: JAAS options (`password="..."`), librdkafka's sasl.oauthbearer.config."""
+
+
+def _embedded_secrets(value: str) -> list[str]:
+    """The values of the secret-named pairs inside a secret value, unquoted."""
+    return [match.group(2).strip("\"'") for match in _PAIR.finditer(value) if is_secret(match.group(1))]
 
 
 def _stored_key(prefix: str, key: str) -> str:
@@ -578,17 +655,22 @@ def _unknown_key(key: str) -> str:
     )
 
 
-def _substitute(key: str, raw: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+def _substitute(key: str, raw: str, env: Mapping[str, str]) -> tuple[str, list[str], list[str]]:
+    """The value with `${env:VAR}` replaced, the problems of variables that are not set, and the substituted values
+    that are secrets: all of them in a secret key, else those of secret-named variables."""
     missing: list[str] = []
+    secrets: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
         variable = match.group(1)
         if variable in env:
+            if is_secret(key) or is_secret(variable):
+                secrets.append(env[variable].strip())
             return env[variable]
         missing.append(f"{key}: environment variable {variable!r} is not set (referenced as {match.group(0)})")
         return match.group(0)
 
-    return _ENV_REF.sub(replace, raw).strip(), missing
+    return _ENV_REF.sub(replace, raw).strip(), missing, secrets
 
 
 def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None) -> LakesinkConfig:
@@ -596,6 +678,8 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
     env = os.environ if env is None else env
     values: dict[str, Any] = {attr: {} for attr in PASS_THROUGH.values()}
     problems: list[str] = []
+    env_secrets: list[str] = []
+    secrets: list[str] = []  # every secret text read, kept out of the problems reported
     for key, raw in d.items():
         setting = SETTINGS_BY_NAME.get(key)
         prefix = next((p for p in PASS_THROUGH if key.startswith(p)), None)
@@ -608,7 +692,9 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
         if key in _OWNED_BY_LAKESINK:
             problems.append(f"{key}: set {_OWNED_BY_LAKESINK[key]} instead")
             continue
-        text, missing = _substitute(key, raw, env)
+        text, missing, substituted = _substitute(key, raw, env)
+        env_secrets.extend(substituted)
+        secrets.extend([*substituted, text] if is_secret(key) and not missing else substituted)
         if missing:
             problems.extend(missing)
         elif setting is not None:
@@ -624,8 +710,11 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
     defaults = {s.attr: s.default for s in SETTINGS if not s.required}
     problems.extend(_cross_check({**defaults, **values}))
     if problems:
-        raise ConfigError(problems)
-    return LakesinkConfig.model_validate(values)
+        scrubber = Scrubber(secrets)
+        raise ConfigError([scrubber.text(problem) for problem in problems])
+    config = LakesinkConfig.model_validate(values)
+    config._env_secrets = tuple(dict.fromkeys(env_secrets))
+    return config
 
 
 def _read_properties(text: str) -> tuple[dict[str, str], list[str]]:
@@ -690,23 +779,26 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
   and keeps the JVM's defaults. Any value of your own replaces these options: give it one
   (say `-Dfile.encoding=UTF-8`) to run the driver with the JVM's defaults when a partition column of a type
   without a Delta partition-value encoding here (timestamp, float, decimal) makes every commit a Spark job.
-- **Secrets**: the value of any key whose name contains `password`, `secret`, `token`, `jaas`,
-  `key.pem` or `keystore` is shown as `******` in logs and status output.
+- **Secrets**: keys whose name says password, passphrase, secret, token, credential, JAAS, an access, secret,
+  account, encryption, private or API `key` (not a record's key, nor a location, class or setting: `ssl.key.location`,
+  `aws.access.key.id`), an Azure SAS, or `sasl.oauthbearer.config` are secret (`connector.config.is_secret`): their
+  values, with the values of `${env:VAR}` variables whose name is secret, are replaced by `******` in logs,
+  `lakesink status`, `/metrics`, `/health`, error messages and control-topic messages. A value shorter than 3
+  characters is masked only where its key is shown (start-up warns about it).
 - Booleans are `true` or `false`; durations are integers in milliseconds (`*.ms`).
 
 ## Schema drift (`value.converter=json`)
 
-The table's columns come from the first records (partitions that inferred different types are reconciled
-before the first commit: int and double become double, a field missing in some records becomes nullable).
-Once the table exists, every record is held to its schema:
+The table's columns come from the first records, by the rules of "Schemaless JSON" below (a field missing in
+some records becomes nullable). Once the table exists, every record is held to its schema:
 
 - **A field the record lacks** is null in its row.
 - **A new field** is a record error (`NewField`) with `schema.evolution=false`. With
   `schema.evolution=true` it becomes a new nullable column, added by the Delta commit that brings the first
   row carrying it (Delta `mergeSchema`); earlier rows read it as null.
 - **A changed type** (a string where the table has a number, an object where it has a string, 1.5 for an
-  integer column) is a record error (`TypeMismatch`) whatever `schema.evolution` says; only an integer
-  filling a double column is accepted.
+  integer column, a zoned time for a timestamp_ntz column) is a record error (`TypeMismatch`) whatever
+  `schema.evolution` says; only an integer filling a double column is accepted, when the double holds it exactly.
 - **Malformed JSON, a value that is not an object, non-UTF-8 bytes, a null value (tombstone), a record
   above `max.record.bytes`** are record errors too.
 
@@ -773,13 +865,32 @@ def types_markdown() -> str:
     return _TYPES_HEADER + "\n".join(rows) + "\n\n## Keys\n\n"
 
 
+def inference_markdown() -> str:
+    """The rules of schemaless JSON (connector/formats/json_types.py) as a table."""
+    from connector.formats.json_types import INFERENCE_TABLE
+
+    rows = ["| JSON values | Delta column | Rule |", "|---|---|---|"]
+    rows += [f"| {_cell(values)} | {_cell(column)} | {_cell(rule)} |" for values, column, rule in INFERENCE_TABLE]
+    return _INFERENCE_HEADER + "\n".join(rows) + "\n\n"
+
+
+_INFERENCE_HEADER = """## Schemaless JSON
+
+With `value.converter.schemas.enable=false` the columns' types are inferred from the records. A type only ever widens
+without loss, the same rules decide in every partition and at the commit (partitions that disagree about a new column:
+the first partition's type wins, and the other's records are read again against the table), and a value that does not
+fit its column is a record error of its own, never a rounded, truncated or shifted value.
+
+"""
+
+
 def markdown() -> str:
     """The reference table of every key, as committed in docs/configuration.md."""
     rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     for s in SETTINGS:
         default = "**required**" if s.required else f"`{s.default_text}`" if s.default_text else "(none)"
         rows.append(f"| `{s.name}` | {_cell(s.kind.label)} | {_cell(default)} | {_cell(s.doc)} |")
-    return _MARKDOWN_HEADER + types_markdown() + "\n".join(rows) + "\n"
+    return _MARKDOWN_HEADER + inference_markdown() + types_markdown() + "\n".join(rows) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

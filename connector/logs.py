@@ -2,8 +2,8 @@
 
 The roles bind what they know with `bind(...)` (for the rest of their thread) or `context(...)` (for a block);
 the values live in a ContextVar, so each role's thread has its own. `setup_logging` installs one handler on the
-root logger with `ContextFilter` and a text or JSON formatter; secret values of the configuration are
-replaced by ****** in every line.
+root logger with `ContextFilter` and a text or JSON formatter; every line goes through the process's secret
+scrubber (connector/secrets.py), so no secret value of the configuration is ever written.
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import IO, Any
 
+from connector import secrets
+
 FIELDS = ("connector", "role", "epoch", "txn", "tp")
-REDACTED = "******"
+REDACTED = secrets.REDACTED
 
 _context: ContextVar[dict[str, Any]] = ContextVar("lakesink_log_context", default={})
 _process: dict[str, Any] = {}
@@ -59,32 +61,19 @@ class ContextFilter(logging.Filter):
         return True
 
 
-class _Redacting(logging.Formatter):
-    def __init__(self, secrets: Iterable[str] = (), **kwargs: Any):
-        super().__init__(**kwargs)
-        # Longest first so that a secret containing another is replaced whole.
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 3}, key=len, reverse=True)
-
-    def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
-
-
-class TextFormatter(_Redacting):
+class TextFormatter(logging.Formatter):
     """`2026-01-01 12:00:00,000 INFO participant.worker [connector=c role=worker epoch=2 txn=7 tp=t-0] message`"""
 
-    def __init__(self, secrets: Iterable[str] = ()):
-        super().__init__(secrets, fmt="%(asctime)s %(levelname)s %(name)s %(lakesink_context)s%(message)s")
+    def __init__(self) -> None:
+        super().__init__(fmt="%(asctime)s %(levelname)s %(name)s %(lakesink_context)s%(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         shown = " ".join(f"{n}={getattr(record, n)}" for n in FIELDS if getattr(record, n, None) is not None)
         record.lakesink_context = f"[{shown}] " if shown else ""
-        return self.redact(super().format(record))
+        return secrets.scrub(super().format(record))
 
 
-class JsonFormatter(_Redacting):
+class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, thread, message, the context fields, exception text."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -103,15 +92,17 @@ class JsonFormatter(_Redacting):
             body["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             body["stack"] = self.formatStack(record.stack_info)
-        return self.redact(json.dumps(body, default=str, ensure_ascii=False))
+        return secrets.scrub(json.dumps(body, default=str, ensure_ascii=False))
 
 
 _HANDLER_MARK = "_lakesink_handler"
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text", connector: str | None = None,
-                  secrets: Iterable[str] = (), stream: IO[str] | None = None) -> logging.Handler:
-    """Install the one lakesink handler on the root logger (replacing an earlier one); returns it."""
+                  secret_values: Iterable[str] = (), stream: IO[str] | None = None) -> logging.Handler:
+    """Install the one lakesink handler on the root logger (replacing an earlier one); returns it.
+    `secret_values` join the process's scrubber, which every line goes through."""
+    secrets.protect_values(secret_values)
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, _HANDLER_MARK, False):
@@ -119,7 +110,7 @@ def setup_logging(level: str = "INFO", fmt: str = "text", connector: str | None 
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     setattr(handler, _HANDLER_MARK, True)
     handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter(secrets) if fmt == "json" else TextFormatter(secrets))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(level.upper())
     _process.clear()
@@ -130,19 +121,14 @@ def setup_logging(level: str = "INFO", fmt: str = "text", connector: str | None 
     return handler
 
 
-def secrets_of(cfg: Any) -> list[str]:
-    """The values of the configuration's secret keys, to be replaced in every log line."""
-    from connector.config import PASS_THROUGH, is_secret
-
-    found = []
-    for prefix, attr in PASS_THROUGH.items():
-        for key, value in getattr(cfg, attr).items():
-            full = key if prefix == "spark." else prefix + key
-            if is_secret(full):
-                found.append(value)
-    return found
-
-
 def setup_for(cfg: Any, verbose: bool = False) -> logging.Handler:
-    """setup_logging from a LakesinkConfig's log.format and log.level (`-v` forces DEBUG)."""
-    return setup_logging("DEBUG" if verbose else cfg.log_level, cfg.log_format, cfg.name, secrets_of(cfg))
+    """setup_logging from a LakesinkConfig's log.format and log.level (`-v` forces DEBUG), its secrets scrubbed
+    from every line; warns of secret values too short to be scrubbed from free text."""
+    secrets.protect(cfg)
+    handler = setup_logging("DEBUG" if verbose else cfg.log_level, cfg.log_format, cfg.name)
+    short = sorted(key for key, value in cfg.secret_properties().items() if len(value) < secrets.MIN_LENGTH)
+    if short:
+        logging.getLogger(__name__).warning(
+            "%s: shorter than %d characters, so masked where the key is shown but not replaced in other text "
+            "(an exception echoing it, say); use a longer secret", ", ".join(short), secrets.MIN_LENGTH)
+    return handler

@@ -20,6 +20,7 @@ from prometheus_client.core import UnknownMetricFamily
 from prometheus_client.registry import Collector
 
 from connector.errors import SetupError
+from connector.secrets import scrub, scrub_data
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,9 @@ Health = Callable[[], tuple[bool, dict[str, Any]]]
 
 
 class MetricsServer:
-    """`/metrics` (Prometheus text) and `/health` (JSON) from a daemon thread; 127.0.0.1 unless told otherwise."""
+    """`/metrics` (Prometheus text) and `/health` (JSON) from a daemon thread; 127.0.0.1 unless told otherwise.
+    Both bodies go through the process's secret scrubber: /health carries the error a role stopped with, which may
+    quote a client library's message, and label values come from the data."""
 
     def __init__(self, metrics: Metrics, health: Health, port: int, host: str = "127.0.0.1"):
         self.metrics = metrics
@@ -194,13 +197,14 @@ class MetricsServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._reply(200, CONTENT_TYPE_LATEST, server.metrics.exposition())
+                    text = server.metrics.exposition().decode("utf-8")
+                    self._reply(200, CONTENT_TYPE_LATEST, scrub(text).encode("utf-8"))
                 elif path == "/health":
                     try:
                         ok, body = server.health()
                     except Exception as exc:  # noqa: BLE001 - a broken check is an unhealthy process
                         ok, body = False, {"status": "error", "error": str(exc)}
-                    self._reply(200 if ok else 503, "application/json", json.dumps(body).encode())
+                    self._reply(200 if ok else 503, "application/json", json.dumps(scrub_data(body)).encode())
                 else:
                     self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics or /health\n")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from connector import jars, jvm_archive
+from connector.config import is_secret
 
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """An appending coordinator's JVM reads and writes the Delta log (commits, checkpoints) and processes no data: the
@@ -52,6 +53,16 @@ nothing installed but Spark itself, and network reach to the driver and to the t
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
+SPARK_REDACTION = r"(?i)secret|password|token|access[.]key"
+"""Spark's default spark.redaction.regex."""
+
+
+def redaction_regex(keys: Iterable[str]) -> str:
+    """spark.redaction.regex: Spark's default, plus each of `keys` that connector.config.is_secret calls secret,
+    so that Spark's own outputs (an event log, spark.logConf, the environment page) also mask those the default
+    misses, such as the SSE-C `spark.hadoop.fs.s3a.encryption.key` or an Azure account key."""
+    return "|".join([SPARK_REDACTION, *(rf"^\Q{key}\E$" for key in sorted(keys) if is_secret(key))])
+
 
 def on_loopback(master: str) -> bool:
     """Whether `master` runs everything on this machine: `local...`, or a standalone master on a loopback address."""
@@ -78,6 +89,7 @@ def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list
         settings.update(_CLUSTER)
     settings["spark.jars"] = ",".join(all_jars)
     settings["spark.sql.warehouse.dir"] = os.path.join(tempfile.gettempdir(), "lakesink-spark-warehouse")
+    settings["spark.redaction.regex"] = redaction_regex(conf or {})
     settings.update(conf or {})
     return settings
 

@@ -4,8 +4,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 
 from connector.errors import ConfigError, LakesinkError, SetupError
+from connector.secrets import protect, scrub
+
+
+def _say(text: str = "", file=None) -> None:
+    """print, without any secret value of the configuration: the commands print exception text of client
+    libraries (Kafka, S3, Delta), which may echo a setting."""
+    print(scrub(text), file=file)
 
 
 def _cmd_deps(args) -> int:
@@ -60,9 +68,12 @@ def _cmd_demo(args) -> int:
 
 
 def _load(args):
+    """The configuration of `--config`, its secrets scrubbed from every output of this process from now on."""
     from connector.config import load_config
 
-    return load_config(args.config)
+    cfg = load_config(args.config)
+    protect(cfg)
+    return cfg
 
 
 def _cmd_run(args) -> int:
@@ -88,21 +99,21 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from connector.config import load_config, validate_file
+    from connector.config import validate_file
     from connector.storage.store import Store
 
     problems = validate_file(args.config)
     if problems:
-        print(f"{args.config}: {len(problems)} problem(s)")
+        _say(f"{args.config}: {len(problems)} problem(s)")
         for p in problems:
-            print(f"  - {p}")
+            _say(f"  - {p}")
         return 2
-    print(f"{args.config}: valid")
-    cfg = load_config(args.config)
+    _say(f"{args.config}: valid")
+    cfg = _load(args)
     try:
         store = Store.for_config(cfg)
     except SetupError as exc:
-        print(f"table {cfg.table_path}: {exc}")
+        _say(f"table {cfg.table_path}: {exc}")
         return 2
     if store.root.is_s3 and _validate_storage(store, cfg.name):
         return 2
@@ -116,9 +127,9 @@ def _validate_storage(store, connector: str) -> int:
     try:
         check_store(store, connector)
     except SetupError as exc:
-        print(exc)
+        _say(str(exc))
         return 2
-    print(f"storage {store.root.delta_uri}: {passed(store)}")
+    _say(f"storage {store.root.delta_uri}: {passed(store)}")
     return 0
 
 
@@ -130,18 +141,18 @@ def _validate_table(cfg, store) -> int:
         table = store.delta_table()
         profile = read_profile(table) if table is not None else None
     except Exception as exc:  # noqa: BLE001 - delta-rs cannot read the table's log
-        print(f"table {cfg.table_path}: cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+        _say(f"table {cfg.table_path}: cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
         return 2
     if profile is None:
-        print(f"table {cfg.table_path}: does not exist yet; the first commit creates it")
+        _say(f"table {cfg.table_path}: does not exist yet; the first commit creates it")
         return 0
     refusal = profile.refusal()
     if refusal:
-        print(f"table {cfg.table_path}: lakesink cannot write it: {refusal}")
+        _say(f"table {cfg.table_path}: lakesink cannot write it: {refusal}")
         return 2
     how = "the fast path (files added as written)" if profile.fast_path else \
         f"Delta's writer ({'; '.join(profile.slow_path_reasons())})"
-    print(f"table {cfg.table_path}: supported, written by {how}")
+    _say(f"table {cfg.table_path}: supported, written by {how}")
     return 0
 
 
@@ -208,18 +219,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.func is not _cmd_run:  # the roles log as log.format / log.level say, once the config is read
-        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        from connector.logs import TextFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(TextFormatter())  # secrets scrubbed, as in the roles' lines
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         return args.func(args)
     except ConfigError as exc:
-        print(f"lakesink: {exc}", file=sys.stderr)
+        _say(f"lakesink: {exc}", file=sys.stderr)
         return 2
     except LakesinkError as exc:
-        print(f"lakesink: {exc}", file=sys.stderr)
+        _say(f"lakesink: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception:  # noqa: BLE001 - the interpreter would print the traceback unscrubbed
+        sys.stderr.write(scrub(traceback.format_exc()))
+        return 1
 
 
 if __name__ == "__main__":

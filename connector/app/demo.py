@@ -82,6 +82,7 @@ def s3_target(server, stamp: str) -> dict[str, str]:
 
 
 def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float, stamp: str, s3: bool) -> int:
+    from connector import secrets
     from connector.config import config_from_dict
     from connector.app.service import Roles, install_signal_handlers
     from connector.storage.local_s3 import LocalS3
@@ -109,6 +110,7 @@ def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float
             "target.table.name": "demo_events", "transaction.interval.ms": "3000",
             "coordinator.writestatus.timeout.ms": "30000", "partition.field.name": "kind", **target,
         })
+        secrets.protect(cfg)  # the local S3 server's secret, with --s3
         coordinator, worker = CoordinatorService(cfg), Worker(cfg)
         roles = Roles()
         install_signal_handlers(roles.stop)

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from connector import logs
+from connector import logs, secrets
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
 from connector.metrics import Metrics, MetricsServer
@@ -125,6 +125,7 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
               metrics: Metrics | None = None) -> int:
     """Run the roles until SIGTERM/SIGINT (0), a failure (raised), or `timeout_s`. A stop that takes longer
     than shutdown.timeout.ms ends the process with exit code 1."""
+    secrets.protect(cfg)  # whoever set up logging, nothing this process writes shows a secret
     metrics = metrics or Metrics()
     roles = Roles(metrics, stall_s=(cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms) / 1000,
                   connector=cfg.name)

@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from confluent_kafka.admin import AdminClient
 
+from connector import secrets
 from connector.protocol.channel import read_tail
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
@@ -204,7 +205,9 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def print_status(cfg: LakesinkConfig, as_json: bool = False, out: IO[str] | None = None) -> int:
-    status = collect(cfg)
+    """Print the status, without any secret value: its problems quote client libraries' errors, and a
+    COMMIT_FAILED's error is whatever the coordinator that sent it (maybe an older lakesink) wrote."""
+    status = secrets.protect(cfg).data(collect(cfg))
     out = out or sys.stdout
     out.write(json.dumps(status, indent=2) + "\n" if as_json else render(status))
     return 0

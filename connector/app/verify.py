@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector import secrets
 from connector.config import LakesinkConfig
 from connector.schema.columns import COORDINATES, KEY
 from connector.errors import LakesinkError
@@ -685,9 +686,12 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
 
 
 def main(cfg: LakesinkConfig, as_json: bool = False, use_kafka: bool = True) -> int:
+    """Print the report, without any secret value (it quotes the broker's errors)."""
     report = verify(cfg, use_kafka=use_kafka)
+    scrubber = secrets.protect(cfg)
     if as_json:
-        print(json.dumps(report.to_json(), indent=2, default=str))  # key values may be dates or decimals
+        # key values may be dates or decimals
+        print(scrubber.text(json.dumps(report.to_json(), indent=2, default=str)))
     else:
-        print(report.render())
+        print(scrubber.text(report.render()))
     return 0 if report.ok else 1

@@ -10,13 +10,24 @@ import logging
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connector.errors import ProtocolError, SetupError
-from connector.protocol.messages import DecodeError, EndCommit, Message, StartCommit, UnknownMessageType, decode, encode
+from connector.protocol.messages import (
+    CommitFailed,
+    DecodeError,
+    EndCommit,
+    Message,
+    Progress,
+    StartCommit,
+    UnknownMessageType,
+    decode,
+    encode,
+)
+from connector.secrets import scrub, scrub_data
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +133,17 @@ def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
         consumer.close()
 
 
+def without_secrets(msg: Message) -> Message:
+    """The message with the process's secret values scrubbed from its free text: a COMMIT_FAILED's error (an
+    exception's text, maybe a storage client's echoing a credential) and a PROGRESS's payload. The other fields are
+    protocol data that no configuration value reaches, sent as they are."""
+    if isinstance(msg, CommitFailed):
+        return replace(msg, error=scrub(msg.error))
+    if isinstance(msg, Progress):
+        return replace(msg, payload=scrub_data(msg.payload))
+    return msg
+
+
 @dataclass
 class ControlChannel:
     bootstrap: str
@@ -172,7 +194,8 @@ class ControlChannel:
     def send(self, msg: Message, flush: bool = True) -> None:
         if msg.connector != self.connector:
             raise ProtocolError(f"{self.role} of {self.connector!r} tried to send a message of {msg.connector!r}")
-        self._producer.produce(self.topic, key=self.connector.encode(), value=encode(msg), partition=0)
+        self._producer.produce(self.topic, key=self.connector.encode(), value=encode(without_secrets(msg)),
+                               partition=0)
         self.stats[f"sent_{type(msg).__name__}"] += 1
         if flush:
             self.flush()

@@ -386,7 +386,6 @@ def test_kafka_connect_converter_class_names_are_normalised(given, normalised):
         "spark.hadoop.fs.s3a.session.token",
         "consumer.sasl.jaas.config",
         "consumer.ssl.key.pem",
-        "consumer.ssl.keystore.location",
         "producer.ssl.truststore.password",
     ],
 )
