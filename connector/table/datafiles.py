@@ -13,6 +13,7 @@ booleans, decimals and nested columns carry no min/max: Delta then reads those f
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from connector.schema.names import field_paths
 from connector.storage.store import Store, sync_directory
 ROW_GROUP_ROWS = 128 * 1024
 """Rows per Parquet row group of a data file (staged or split): large enough for Spark's vectorised reader,
@@ -81,7 +83,7 @@ def write_parquet(store: Store, relative: str, table: pa.Table, codec: str = "sn
     (size in bytes, modification time in ms, Delta statistics)."""
     collected: list[pq.FileMetaData] = []
     options = dict(compression="none" if codec == "none" else codec, row_group_size=ROW_GROUP_ROWS,
-                   write_statistics=True, metadata_collector=collected)
+                   write_statistics=True, metadata_collector=collected, use_dictionary=_dictionary(table.schema))
     if store.root.is_s3:
         with store.open_output(relative) as out:
             pq.write_table(table, out, **options)
@@ -101,6 +103,21 @@ def write_parquet(store: Store, relative: str, table: pa.Table, codec: str = "sn
             temporary.unlink(missing_ok=True)
         sync_directory(target.parent)
     return size, int(time.time() * 1000), file_stats(collected[0])
+
+
+def _dictionary(schema: pa.Schema) -> bool | list[str]:
+    """Which leaf columns get a dictionary (pyarrow's `use_dictionary`): all, except leaves whose dotted path is
+    another leaf's too (a column `host.name` and the field `name` of a struct `host`). Spark's Parquet reader
+    (parquet-mr) keys a row group's dictionaries by that dotted path, so a filter on one would be checked against
+    the other's dictionary and drop row groups that hold matching rows; without a dictionary it reads statistics,
+    which are kept per leaf."""
+    if not any("." in path[-1] for path in field_paths(schema)):
+        return True
+    collected: list[pq.FileMetaData] = []
+    pq.write_table(schema.empty_table(), io.BytesIO(), metadata_collector=collected)
+    leaves = [collected[0].schema.column(j).path for j in range(collected[0].num_columns)]
+    shared = {path for path in leaves if leaves.count(path) > 1}
+    return [path for path in leaves if path not in shared] if shared else True
 
 
 def split_by_partition(table: pa.Table, partition_by: tuple[str, ...]) -> list[tuple[dict[str, str | None], str, pa.Table]]:
@@ -142,11 +159,15 @@ def file_stats(meta: pq.FileMetaData) -> dict:
     """Delta statistics of one Parquet file from its footer: numRecords, and per top-level primitive column
     among the first INDEXED_COLUMNS its nullCount and, where exact, minValues/maxValues."""
     arrow = meta.schema.to_arrow_schema()
-    leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    # a top-level field's first Parquet leaf, by position: a column named `host.name` and a struct `host` with a
+    # field `name` have the same dotted leaf path
+    first_leaf, j = [], 0
+    for field in arrow:
+        first_leaf.append(j)
+        j += _leaves(field.type)
     stats: dict = {"numRecords": meta.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    for field in list(arrow)[:INDEXED_COLUMNS]:
-        j = leaf.get(field.name)
-        if j is None or pa.types.is_nested(field.type):
+    for field, j in list(zip(arrow, first_leaf))[:INDEXED_COLUMNS]:
+        if pa.types.is_nested(field.type) or j >= meta.num_columns:
             continue
         nulls, low, high, bounded = 0, None, None, _bounded(field.type)
         for r in range(meta.num_row_groups):
@@ -169,6 +190,17 @@ def file_stats(meta: pq.FileMetaData) -> dict:
             stats["minValues"][field.name] = _json_value(low)
             stats["maxValues"][field.name] = _json_value(high)
     return stats
+
+
+def _leaves(kind: pa.DataType) -> int:
+    """How many Parquet leaf columns a field of `kind` is written as."""
+    if pa.types.is_struct(kind):
+        return sum(_leaves(f.type) for f in kind) or 1
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaves(kind.value_type)
+    if pa.types.is_map(kind):
+        return _leaves(kind.key_type) + _leaves(kind.item_type)
+    return 1
 
 
 def _bounded(kind: pa.DataType) -> bool:

@@ -123,13 +123,14 @@ def added_columns(table: dict, records: dict, path: str = "", widening: bool = F
     """The table's schema (Delta's JSON form) with the columns and struct fields that only `records` has appended,
     nullable. Every existing field keeps its type, nullability and metadata (comments, column-mapping ids,
     generation expressions): evolution only adds, and, with `widening` (the table's typeWidening), widens a type
-    the way Delta allows. A field whose type differs otherwise is an IncompatibleSchemas error."""
+    the way Delta allows. A field whose type differs otherwise is an IncompatibleSchemas error. Names match
+    case-insensitively, as Delta's do: a records' `Name` is the table's `name`, never a second column."""
     from connector.schema.algebra import IncompatibleSchemas
 
-    have = {f["name"]: f for f in table.get("fields", [])}
+    have = {f["name"].lower() for f in table.get("fields", [])}
     fields = []
     for f in table.get("fields", []):
-        other = next((o for o in records.get("fields", []) if o["name"] == f["name"]), None)
+        other = next((o for o in records.get("fields", []) if o["name"].lower() == f["name"].lower()), None)
         if other is not None and _shape(f["type"]) != _shape(other["type"]):
             if isinstance(f["type"], dict) and isinstance(other["type"], dict) \
                     and f["type"].get("type") == other["type"].get("type") == "struct":
@@ -141,7 +142,7 @@ def added_columns(table: dict, records: dict, path: str = "", widening: bool = F
                     f"column '{path}{f['name']}' is {json.dumps(f['type'])} in the table and "
                     f"{json.dumps(other['type'])} in the records: schema evolution only adds columns")
         fields.append(f)
-    fields += [_nullable(o) for o in records.get("fields", []) if o["name"] not in have]
+    fields += [_nullable(o) for o in records.get("fields", []) if o["name"].lower() not in have]
     return {**table, "fields": fields}
 
 

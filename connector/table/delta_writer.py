@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from connector.schema.columns import COORDINATES
+from connector.schema.names import quote
 from connector.table.features import Constraint, TableProfile
 
 VIOLATION = "__lakesink_violation"
@@ -41,7 +42,7 @@ def prepare(df, profile: TableProfile):
     for column, expression in profile.generated.items():
         if column in df.columns:
             kind = df.schema[column].dataType
-            df = df.withColumn(column, F.coalesce(F.col(f"`{column}`"), F.expr(expression).cast(kind)))
+            df = df.withColumn(column, F.coalesce(F.col(quote(column)), F.expr(expression).cast(kind)))
     return df
 
 
@@ -57,7 +58,7 @@ def split(df, profile: TableProfile, first_only: bool) -> tuple[object, list[Vio
     marked = df.withColumn(VIOLATION, F.expr(f"CASE {branches} END"))
     bad = marked.where(F.col(VIOLATION).isNotNull())
     coordinates = all(c in df.columns for c in COORDINATES)
-    columns = [F.col(VIOLATION), F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("row")]
+    columns = [F.col(VIOLATION), F.to_json(F.struct(*[F.col(quote(c)) for c in df.columns])).alias("row")]
     if coordinates:
         columns += [F.col(c) for c in COORDINATES]
         bad = bad.orderBy(*COORDINATES)

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from connector.errors import SetupError
+from connector.schema.names import quote as _quote, quote_path
 
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
@@ -226,9 +227,5 @@ def _fields(schema: dict, path: tuple[str, ...] = (), nullable_parents: tuple[tu
             yield from _fields(kind, here, parents)
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _dotted(path: tuple[str, ...]) -> str:
-    return ".".join(_quote(p) for p in path)
+    return quote_path(path)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from connector.faults import fault_during
-from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
+from connector.schema.columns import COORDINATES, META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
+from connector.table.features import TableProfile
 from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -26,6 +27,9 @@ AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
 NEW_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
 PRUNE_VALUES_MAX = 1000
 """A partition key column with more distinct values in one txn is not named in the match condition."""
+INSERTABLE = "__lakesink_insertable"
+"""A column of the source with soft deletes into a table with rules (`insertable`): false for a soft delete whose
+deleted row would break one, which then inserts no row for a key the table lacks."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,9 @@ def source(df, plan: MergePlan):
     window = Window.partitionBy(*[F.col(_q(k)) for k in plan.keys]).orderBy(*order)
     df = df.withColumn(rank, F.row_number().over(window)).where(F.col(rank) == 1).drop(rank)
     if spec.soft_delete:
-        at = F.col(TIMESTAMP) if TIMESTAMP in df.columns else F.current_timestamp()
-        df = (df.withColumn(SOFT_DELETED, F.col(DELETE_MARKER))
-              .withColumn(SOFT_DELETED_AT, F.when(F.col(DELETE_MARKER), at).cast("timestamp")))
-    return df.select(*[F.col(_q(c)) for c in (*plan.columns, DELETE_MARKER)])
+        df = _with_soft_delete_columns(df)
+    extra = (INSERTABLE,) if INSERTABLE in df.columns else ()
+    return df.select(*[F.col(_q(c)) for c in (*plan.columns, DELETE_MARKER, *extra)])
 
 
 def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...], app_id: str, version: int,
@@ -95,15 +98,17 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
         merge = merge.whenNotMatchedInsert(condition=f"NOT {delete}", values=assign)
     else:
         if spec.soft_delete:
-            tombstone = {_q(c): f"s.{_q(c)}" for c in plan.columns
-                         if c in (SOFT_DELETED, SOFT_DELETED_AT, spec.order_column) or c in META_COLUMNS}
+            tombstone = {_q(c): f"s.{_q(c)}" for c in tombstone_columns(spec, plan.columns)}
             merge = merge.whenMatchedUpdate(condition=f"{delete} AND {newer}", set=tombstone)
         elif spec.delete_enabled:
             merge = merge.whenMatchedDelete(condition=f"{delete} AND {newer}")
         merge = merge.whenMatchedUpdate(condition=f"NOT {delete} AND {newer}", set=assign)
         # a soft delete of a key the table lacks is kept as a deleted row: its order value keeps a late, older
-        # change of that key from inserting it
-        merge = merge.whenNotMatchedInsert(condition=None if spec.soft_delete else f"NOT {delete}", values=assign)
+        # change of that key from inserting it; unless that row would break a rule of the table (`insertable`)
+        insert = f"NOT {delete}"
+        if spec.soft_delete:
+            insert = f"{insert} OR s.{_q(INSERTABLE)}" if INSERTABLE in src.columns else None
+        merge = merge.whenNotMatchedInsert(condition=insert, values=assign)
     settings = {TXN_APP_ID: app_id, TXN_VERSION: str(version), USER_METADATA: user_metadata}
     if evolve:
         settings[AUTO_MERGE] = "true"
@@ -112,20 +117,126 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
 
 
 def create(src, plan: MergePlan, table_path: str, partition_by: tuple[str, ...], app_id: str, version: int,
-           user_metadata: str) -> None:
+           user_metadata: str, properties: dict[str, str] | None = None) -> None:
     """Create the table with the txn's collapsed source minus its deletes (soft deletes stay, as deleted rows), in one commit with the txn action,
-    deletion vectors on (a MERGE then marks deleted rows instead of rewriting files)."""
+    deletion vectors on (a MERGE then marks deleted rows instead of rewriting files); `properties`: more table
+    properties (column mapping, for names Delta's plain mode refuses)."""
     from pyspark.sql import functions as F
 
     rows = src if plan.spec.soft_delete else src.where(~F.col(DELETE_MARKER))
     rows = rows.select(*[F.col(_q(c)) for c in plan.columns])
     writer = (rows.write.format("delta").mode("errorifexists").option("txnAppId", app_id)
               .option("txnVersion", version).option("userMetadata", user_metadata))
-    for key, value in NEW_TABLE_PROPERTIES.items():
+    for key, value in {**NEW_TABLE_PROPERTIES, **(properties or {})}.items():
         writer = writer.option(key, value)
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(table_path)
+
+
+def tombstone_columns(spec: UpsertSpec, columns) -> tuple[str, ...]:
+    """The columns of `columns` that a soft delete sets on its key's row: `_deleted`, `_deleted_at`, the order
+    column and the `_kafka_*` ones; the row keeps every other value."""
+    return tuple(c for c in columns if c in (SOFT_DELETED, SOFT_DELETED_AT, spec.order_column) or c in META_COLUMNS)
+
+
+# --- the table's rules over keyed writes (docs/ARCHITECTURE.md, "The MERGE": schema and table features) -------
+
+
+def written(df, target, plan: MergePlan, profile: TableProfile):
+    """The rows the staged changes `df` (prepared: connector.table.delta_writer.prepare) write, to hold them to the
+    table's rules before the MERGE: one row per change that writes one, with every column of the table (`target`:
+    the table as a DataFrame) and the change's coordinates. The changes are not collapsed yet, so a change that
+    breaks a rule can be left out and the key's earlier change in the txn applies instead.
+    - an insert or update writes the change's row (`as_inserted`): participants stage every column of the table,
+      so an update of a key the table has writes the same values as an insert of it;
+    - a soft delete (`upsert`) of a key the table has writes the table's row with the columns a soft delete sets;
+      of a key the table lacks nothing here (`insertable` decides whether its deleted row is inserted);
+    - a hard delete writes no row (of a key the table lacks it is a no-op), nor does a delete in `dedup` mode."""
+    from pyspark.sql import functions as F
+
+    table = {f.name: f.dataType for f in target.schema}
+    rows = as_inserted(df, plan, table, profile)
+    names = [*table, *(c for c in COORDINATES if c not in table)]
+    changes = rows.where(~F.col(DELETE_MARKER)).select(*[F.col(_q(c)).alias(c) for c in names])
+    if plan.spec.mode != "upsert" or not plan.spec.soft_delete:
+        return changes
+    deletes = rows.where(F.col(DELETE_MARKER))
+    if deletes.isEmpty():
+        return changes  # (the join below would read the table for nothing)
+    sets = {*tombstone_columns(plan.spec, plan.columns), *COORDINATES}
+
+    def value(c: str):
+        if c in sets:
+            return F.col(f"s.{_q(c)}")
+        if profile.identity.get(c) is False:  # GENERATED ALWAYS: kept, and its rule is about a change's own value
+            return F.lit(None).cast(table[c])
+        return F.col(f"t.{_q(c)}")
+
+    on = [F.col(f"s.{_q(k)}") == F.col(f"t.{_q(k)}") for k in plan.keys]
+    tombstones = deletes.alias("s").join(target.alias("t"), on, "inner").select(*[value(c).alias(c) for c in names])
+    for c, expression in profile.generated.items():  # Delta computes them again for the updated row
+        if c in table:
+            tombstones = tombstones.withColumn(c, F.expr(expression).cast(table[c]))
+    return changes.unionByName(tombstones)
+
+
+def as_inserted(df, plan: MergePlan, table: dict, profile: TableProfile):
+    """The staged changes `df` as the rows they insert: with every column of the table (`table`: name -> Spark
+    type), null where a change does not carry it (a generated column: computed from its expression, as Delta does)
+    and, with soft deletes, `_deleted` / `_deleted_at`; the staged columns stay (DELETE_MARKER false where null)."""
+    from pyspark.sql import functions as F
+
+    marker = F.coalesce(F.col(DELETE_MARKER), F.lit(False)) if DELETE_MARKER in df.columns else F.lit(False)
+    df = df.withColumn(DELETE_MARKER, marker)
+    soft = (SOFT_DELETED, SOFT_DELETED_AT) if plan.spec.soft_delete else ()
+    missing = [c for c in table if c not in df.columns and c not in soft]
+    for c in missing:
+        if c not in profile.generated:
+            df = df.withColumn(c, F.lit(None).cast(table[c]))
+    for c in missing:  # after the nulls: an expression may name any column
+        if c in profile.generated:
+            df = df.withColumn(c, F.expr(profile.generated[c]).cast(table[c]))
+    return _with_soft_delete_columns(df) if soft else df
+
+
+def insertable(df, plan: MergePlan, table: dict, profile: TableProfile):
+    """`df` with INSERTABLE: whether a change's row as inserted (`as_inserted`) satisfies every rule of the table.
+    A soft delete of a key the table lacks is inserted as a deleted row only where it does; otherwise the key gets
+    no row, as after a hard delete, rather than a row the table refuses (docs/ARCHITECTURE.md, "The MERGE")."""
+    from pyspark.sql import functions as F
+
+    rows = as_inserted(df, plan, table, profile).withColumn(INSERTABLE, F.expr(every_rule(profile)))
+    return rows.select(*[F.col(_q(c)) for c in df.columns], INSERTABLE)
+
+
+def every_rule(profile: TableProfile) -> str:
+    """One Spark SQL predicate, true for a row (with every column of the table) that satisfies every rule of the
+    table; never null (each rule's predicate is null-safe)."""
+    return " AND ".join(f"({c.predicate})" for c in profile.constraints) or "true"
+
+
+def without(spark, df, violations) -> object:
+    """`df` without the staged rows of `violations` (connector.table.delta_writer.Violation), by their coordinates
+    (topic, partition, offset), which name one staged row of a txn."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    if not violations:
+        return df
+    schema = StructType([df.schema[c] for c in COORDINATES])
+    bad = spark.createDataFrame([(v.topic, v.partition, v.offset) for v in violations], schema)
+    return df.join(F.broadcast(bad), list(COORDINATES), "left_anti")
+
+
+def _with_soft_delete_columns(df):
+    """`df` (DELETE_MARKER not null) with `_deleted` (the marker) and `_deleted_at` (a delete's Kafka record time,
+    else the commit's)."""
+    from pyspark.sql import functions as F
+
+    at = F.col(TIMESTAMP) if TIMESTAMP in df.columns else F.current_timestamp()
+    return (df.withColumn(SOFT_DELETED, F.col(DELETE_MARKER))
+            .withColumn(SOFT_DELETED_AT, F.when(F.col(DELETE_MARKER), at).cast("timestamp")))
 
 
 @contextmanager

@@ -34,6 +34,8 @@ from connector.table import delta_writer, merge
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 from connector.table.failures import Failure, classify
+from connector.formats.fit import Mismatch
+from connector.table.agreement import exact_ints
 from connector.table.features import TableProfile, UnsupportedTableError, read_profile
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.faults import fault_point
@@ -50,8 +52,16 @@ from connector.protocol.messages import (
     txn_version,
 )
 from connector.schema.algebra import schema_from_text, unify
-from connector.schema.columns import OFFSET, PARTITION
-from connector.upsert import DELETE_MARKER, UpsertSpec
+from connector.schema.names import (
+    COLUMN_MAPPING_PROPERTIES,
+    case_clashes,
+    fold_case,
+    needing_column_mapping,
+    quote,
+    renamed,
+)
+from connector.schema.columns import OFFSET, PARTITION, TOPIC
+from connector.upsert import UpsertSpec
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +400,10 @@ class DeltaTableSink:
             self.store.delete_unreferenced([f.path for f, _ in files], "merged by Spark")
             return result
         if files:
-            schema = _target_schema([fs for _, fs in files], table_schema, self.schema_evolution)
+            # Delta is case-insensitive: a file's `Name` is the table's (or an earlier file's) `name`
+            schema = _target_schema(fold_case([fs for _, fs in files], table_schema), table_schema,
+                                    self.schema_evolution)
+            self._check_names(schema, profile, version)
             self._enable_timestamp_ntz(spark, profile, schema)
             if profile is not None and not profile.fast_path:
                 result = self._append_with_delta_writer(spark, version, files, schema, table_schema, profile,
@@ -401,10 +414,16 @@ class DeltaTableSink:
             whole = next((f.path for f, _ in files if f.partition_values is None
                           or set(f.partition_values) != set(partition_by)), None)
             unsupported = partition_types_supported(schema, partition_by)
-            if whole is not None or unsupported:
+            # a new table with a name Delta's plain mode refuses is created with column mapping, by Delta's writer
+            # (it assigns the physical names and ids); a table without such names keeps the fast path
+            mapped = needing_column_mapping(schema) if table_schema is None else []
+            if whole is not None or unsupported or mapped:
                 log.info("%s: appending txn version %d with a Spark job",
-                         unsupported or f"data file {whole} is not split by the partition columns", version)
-                self._append_with_spark(spark, version, files, schema, partition_by, expect_new_table, user_metadata)
+                         (f"column(s) {', '.join(mapped)} need column mapping (field.name.policy=column_mapping)"
+                          if mapped else unsupported or f"data file {whole} is not split by the partition columns"),
+                         version)
+                self._append_with_spark(spark, version, files, schema, partition_by, expect_new_table, user_metadata,
+                                        COLUMN_MAPPING_PROPERTIES if mapped else None)
                 self.store.delete_unreferenced([f.path for f, _ in files], "rewritten by Spark")
                 return None
             conformed = []
@@ -439,7 +458,7 @@ class DeltaTableSink:
 
         data_schema = pa.schema([fld for fld in schema if fld.name not in partition_by])
         with self.store.fs.open_input_file(self.store.path(f.path)) as source:
-            table = conform(pq.read_table(source), data_schema)
+            table = conform(renamed(pq.read_table(source), data_schema), data_schema)
         path = f"{f.path[:-len('.parquet')]}-c{uuid.uuid4().hex[:6]}.parquet"
         log.debug("data file %s conformed to the table's schema as %s", f.path, path)
         size, modified_ms, stats = write_parquet(self.store, path, table)
@@ -462,7 +481,7 @@ class DeltaTableSink:
             df = spark.read.schema(data_schema).parquet(*paths)
             for name, value in values.items():
                 df = df.withColumn(name, F.lit(value).cast(spark_schema[name].dataType))
-            df = df.select(*schema.names)
+            df = df.select(*[F.col(quote(name)) for name in schema.names])
             frame = df if frame is None else frame.unionByName(df)
         return frame
 
@@ -534,12 +553,11 @@ class DeltaTableSink:
         """Step 2 in a keyed mode: one Delta MERGE of the txn's changes, collapsed per key, with the txn action
         (connector/table/merge.py), or the Spark write that creates the table. (rows staged, rows rejected by the
         table's constraints)."""
-        from pyspark.sql import functions as F
-
         if any(fs is None for _, fs in files):
             raise CommitError("a WRITE-STATUS names data files without their schema: every worker must run this "
                               "lakesink version")
-        staged = unify([fs for _, fs in files])
+        staged = unify(fold_case([fs for _, fs in files], table_schema))  # `Name` is the table's `name`
+        self._check_names(staged, profile, version)
         keys = self.merge_keys(statuses)
         needed = (*keys, PARTITION, OFFSET, *((self.upsert.order_column,) if self.upsert.order_column else ()))
         missing = [c for c in needed if staged.get_field_index(c) < 0]
@@ -556,18 +574,12 @@ class DeltaTableSink:
         self._enable_timestamp_ntz(spark, profile, wanted)
         identity = profile.identity if profile is not None else {}
         plan = merge.MergePlan(self.upsert, keys, tuple(n for n in wanted.names if identity.get(n, True)))
-        df = self._spark_frame(spark, files, staged)
         total = sum(f.rows for f, _ in files)
         rejected = 0
-        if profile is not None and (profile.constraints or profile.generated):
-            df = delta_writer.prepare(df, profile)
-            if self.upsert.delete_enabled:
-                deleting = F.coalesce(F.col(DELETE_MARKER), F.lit(False))
-                good, violations = self._split(df.where(~deleting), profile, version)
-                df = good.unionByName(df.where(deleting))
-            else:
-                df, violations = self._split(df, profile, version)
-            rejected = len(violations)
+        if profile is None or not (profile.constraints or profile.generated):
+            df = self._spark_frame(spark, files, staged)
+        else:
+            df, rejected = self._hold_to_rules(spark, version, statuses, files, staged, plan, profile)
             if rejected == total:
                 DeltaLogCommitter(spark, self._read_table).commit(
                     self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by,
@@ -580,7 +592,7 @@ class DeltaTableSink:
         try:
             if table_schema is None:
                 merge.create(source, plan, self.store.root.spark_path, tuple(partition_by), self.app_id, version,
-                             user_metadata)
+                             user_metadata, COLUMN_MAPPING_PROPERTIES if needing_column_mapping(wanted) else None)
             else:
                 if expect_new_table:
                     raise TableExistsError(f"{self.table_path} was created by another writer")
@@ -594,9 +606,39 @@ class DeltaTableSink:
             raise
         return total - rejected, rejected
 
+    def _hold_to_rules(self, spark, version: int, statuses: tuple[WriteStatus, ...],
+                       files: list[tuple[StagedFile, pa.Schema | None]], staged: pa.Schema, plan: merge.MergePlan,
+                       profile: TableProfile) -> tuple[object, int]:
+        """(the txn's staged changes without those whose row would break a rule of the table, how many those
+        were): each change is checked as the row it writes (merge.written) before the changes are collapsed, and
+        the breaking ones are dead-lettered or stop the commit naming the first (`_split`); with soft deletes a
+        column tells the MERGE which deleted rows of keys the table lacks it may insert (merge.insertable). Each
+        row carries its coordinates: `_kafka_topic`, which connect.meta.data=false leaves out, from its status."""
+        from pyspark.sql import functions as F
+
+        if staged.get_field_index(TOPIC) >= 0:
+            df = self._spark_frame(spark, files, staged)
+        else:
+            topic_of = {f.path: s.topic for s in statuses for f in s.files}
+            groups: dict[str, list[tuple[StagedFile, pa.Schema | None]]] = {}
+            for f, file_schema in files:
+                groups.setdefault(topic_of[f.path], []).append((f, file_schema))
+            df = None
+            for topic, group in groups.items():
+                part = self._spark_frame(spark, group, staged).withColumn(TOPIC, F.lit(topic))
+                df = part if df is None else df.unionByName(part)
+        df = delta_writer.prepare(df, profile)
+        target = spark.read.format("delta").load(self.store.root.spark_path)
+        _, violations = self._split(merge.written(df, target, plan, profile), profile, version)
+        df = merge.without(spark, df, violations)
+        if plan.spec.mode == "upsert" and plan.spec.soft_delete:
+            df = merge.insertable(df, plan, {f.name: f.dataType for f in target.schema}, profile)
+        return df, len(violations)
+
     def _append_with_spark(self, spark, version: int, files: list[tuple[StagedFile, pa.Schema | None]],
                            schema: pa.Schema, partition_by: tuple[str, ...], expect_new_table: bool,
-                           user_metadata: str) -> None:
+                           user_metadata: str, properties: dict[str, str] | None = None) -> None:
+        """A Spark job appends the files' rows; `properties`: the table properties of a table it creates."""
         writer = (self._spark_frame(spark, files, schema).write.format("delta")
                   .mode("errorifexists" if expect_new_table else "append")
                   .option("txnAppId", self.app_id)
@@ -604,7 +646,9 @@ class DeltaTableSink:
                   .option("userMetadata", user_metadata))
         if self.schema_evolution:
             writer = writer.option("mergeSchema", "true")
-        if partition_by and expect_new_table:
+        for key, value in (properties or {}).items():
+            writer = writer.option(key, value)  # a Delta option of the write that creates the table: a property
+        if partition_by and (expect_new_table or properties):
             writer = writer.partitionBy(*partition_by)
         try:
             writer.save(self.store.root.spark_path)
@@ -629,6 +673,24 @@ class DeltaTableSink:
                  self.table_path)
         DeltaTable.forPath(spark, self.store.root.spark_path).addFeatureSupport("timestampNtz")
 
+    def _check_names(self, schema: pa.Schema, profile: TableProfile | None, version: int) -> None:
+        """Names the table cannot take fail the txn, never for good (a CommitError that is not permanent): the
+        txn is discarded and its records are read again against the table, whose names the participants then
+        convert them onto, or make record errors (field.name.policy). Two cases: columns of one file that differ
+        only in case (Delta takes them for one column, fold_case cannot merge them), and a name Delta's plain mode
+        refuses in a txn for an existing table without column mapping (staged before the table was created)."""
+        clashes = case_clashes(schema)
+        if clashes:
+            raise CommitError(f"txn version {version} has column(s) {', '.join(clashes)} that differ only in case, "
+                              f"which Delta takes for one column: the txn's records are read again against "
+                              f"{self.table_path}")
+        refused = needing_column_mapping(schema) if profile is not None and profile.column_mapping == "none" else []
+        if refused:
+            raise CommitError(f"txn version {version} has column(s) {', '.join(refused)} whose names "
+                              f"{self.table_path} cannot hold: it has no column mapping "
+                              f"(delta.columnMapping.mode); the txn's records are read again against it and "
+                              f"field.name.policy decides what becomes of such fields")
+
     def _raise_if_created_by_another(self, exc: Exception, expect_new_table: bool) -> None:
         """The commit that was to create the table lost the race to another writer's: FencedError, so that
         the coordinator recovers again under a new epoch."""
@@ -648,6 +710,48 @@ class DeltaTableSink:
                               "lakesink version")
         schema = _target_schema(schemas, None, self.schema_evolution)
         return merge.table_columns(self.upsert, schema) if self.upsert.keyed else schema
+
+    def agreeing(self, statuses: tuple[WriteStatus, ...]) -> tuple[tuple[WriteStatus, ...],
+                                                                 list[tuple[WriteStatus, str]]]:
+        """The statuses whose file groups one commit can take, and those it leaves out with why
+        (connector/table/agreement.py): in partition order, each group merged into the table's schema (before the
+        table exists, into the groups taken so far) without loss."""
+        from connector.formats.fit import never
+        from connector.schema.widening import arrow_widens
+        from connector.table.agreement import lossless, merge_group
+
+        statuses = self.resolve(statuses)
+        dt = self._delta()
+        table_schema = _table_schema(dt)
+        if table_schema is None:
+            held, held_exact, open_, widen = None, None, True, lossless
+            whose = "the file groups of the partitions before it"
+        else:
+            profile = read_profile(dt)
+            held, held_exact, open_ = table_schema, None, self.schema_evolution
+            widen = arrow_widens if self.schema_evolution and profile.type_widening else never
+            whose = "the table"
+        kept: list[WriteStatus] = []
+        left: list[tuple[WriteStatus, str]] = []
+        for s in statuses:
+            files = []
+            for f in s.files:
+                schema = _file_schema(s, f) if f.rows > 0 else None
+                if schema is not None:
+                    schema = merge.table_columns(self.upsert, schema) if self.upsert.keyed else schema
+                    files.append((schema, exact_ints(f.stats)))
+            try:
+                held, held_exact = merge_group(held, held_exact, files, open_, widen, whose) if files else \
+                    (held, held_exact)
+            except Mismatch as why:
+                left.append((s, str(why)))
+                continue
+            kept.append(s)
+        return tuple(kept), left
+
+    def discard(self, statuses: list[WriteStatus], why: str) -> None:
+        """Delete the staged files of file groups no commit takes (their records are read again)."""
+        self.store.delete_unreferenced([f.path for s in self.resolve(tuple(statuses)) for f in s.files], why)
 
     # --- write statuses ------------------------------------------------------------------------------------
 

@@ -314,3 +314,84 @@ def test_a_generated_column_is_computed_for_merged_rows(spark, tmp_path):
     c.apply([{"id": 1, "name": "a2", "amount": 4.0}, {"id": 3, "name": "c1", "amount": 0.5}])
     assert {k: (v["amount"], v["twice"]) for k, v in c.rows().items()} == {1: (4.0, 8.0), 2: (2.0, 4.0),
                                                                             3: (0.5, 1.0)}
+
+
+# --- the table's rules over keyed writes: one record costs at most itself (issue 25) ---------------------------
+
+RULES = ("CREATE TABLE delta.`{table}` (id BIGINT, name STRING NOT NULL, amount DOUBLE, seq BIGINT, "
+         "_deleted BOOLEAN, _deleted_at TIMESTAMP) USING delta")
+
+
+def _ruled_table(spark, table) -> None:
+    """A user's table with a NOT NULL non-key column, a CHECK on a non-key column and a CHECK a soft delete can break
+    (a row is deleted only once settled)."""
+    spark.sql(RULES.format(table=table))
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT settled_when_deleted CHECK (NOT _deleted OR amount = 0)")
+
+
+def _state(rows: dict) -> dict:
+    return {k: (v["name"], v["amount"], v[SOFT_DELETED]) for k, v in rows.items()}
+
+
+def test_changes_a_tables_rules_reject_are_dead_lettered_one_by_one_and_the_rest_commits(spark, tmp_path):
+    """errors.tolerance=all, soft deletes: an upsert breaking a CHECK or NOT NULL and a soft delete whose deleted row
+    breaks a CHECK are dead-lettered with their coordinates (connect.meta.data=false: the topic is its status's), the
+    key's earlier change in the txn applies instead, and the rest of the txn commits with its offsets. A soft delete
+    of a key the table lacks, whose row of nulls the table refuses, inserts nothing and is no error."""
+    table = tmp_path / "t"
+    _ruled_table(spark, table)
+    lettered = []
+    c = Changes(spark, table, _upsert(delete_enabled=True, delete_mode="soft"), errors_tolerance="all",
+                dead_letter=lettered.extend)
+    c.txn = 1  # the table exists: not a creation
+    c.apply([{"id": 1, "name": "a1", "amount": 1.0},
+             {"id": 2, "name": "b1", "amount": 0.0},
+             {"id": 9, "delete": True},  # a key the table lacks: its deleted row would have no name
+             {"id": 2, "name": "b2", "amount": -1.0},  # breaks amount_nonneg: b1 applies
+             {"id": 3, "name": "c1", "amount": 3.0},
+             {"id": 3, "delete": True},  # inserted and deleted in one txn: not brought back by the delete's letter
+             {"id": 4, "amount": 4.0}])  # no name: NOT NULL
+    assert _state(c.rows()) == {1: ("a1", 1.0, False), 2: ("b1", 0.0, False)}
+    assert [(v.constraint.name, v.topic, v.partition, v.offset) for v in lettered] == [
+        ("amount_nonneg", TOPIC, 0, 3), ("NOT NULL", TOPIC, 0, 6)]
+    assert json.loads(lettered[0].row)["name"] == "b2"
+    assert c.sink.txn_version() == txn_version(1, 2)
+
+    result = c.apply([{"id": 1, "delete": True},  # the row's amount is 1: settled_when_deleted refuses the delete
+                      {"id": 2, "delete": True},  # amount 0: deleted
+                      {"id": 5, "name": "e1", "amount": 5.0}])
+    assert _state(c.rows()) == {1: ("a1", 1.0, False), 2: ("b1", 0.0, True), 5: ("e1", 5.0, False)}
+    assert [(v.constraint.name, v.offset) for v in lettered[2:]] == [("settled_when_deleted", 7)]
+    assert result.dead_lettered == 1 and result.rows == 2
+    assert c.sink.txn_version() == txn_version(1, 3)
+    assert c.history()[0]["operation"] == "MERGE"
+
+
+def test_a_change_a_tables_rules_reject_stops_the_commit_naming_it_and_unknown_soft_deletes_do_not(spark, tmp_path):
+    """errors.tolerance=none: the commit stops (permanent, nothing of the txn committed) with one line naming the
+    first breaking record's coordinates and the constraint; a soft delete of a key the table lacks is no error."""
+    table = tmp_path / "t"
+    _ruled_table(spark, table)
+    c = Changes(spark, table, _upsert(delete_enabled=True, delete_mode="soft"))
+    c.txn = 1
+    c.apply([{"id": 9, "delete": True}, {"id": 1, "name": "a1", "amount": 0.0}])
+    assert _state(c.rows()) == {1: ("a1", 0.0, False)}
+    version = c.sink.table_version()
+    with pytest.raises(ConstraintViolationError) as raised:
+        c.apply([{"id": 8, "delete": True}, {"id": 2, "name": "b1", "amount": 2.0},
+                 {"id": 1, "name": "a2", "amount": -2.0}, {"id": 3, "amount": 3.0}])
+    assert raised.value.permanent
+    assert f"record {TOPIC}-0@4 violates the amount_nonneg constraint (amount >= 0)" in str(raised.value)
+    assert c.sink.table_version() == version and _state(c.rows()) == {1: ("a1", 0.0, False)}
+
+
+def test_hard_deletes_of_keys_a_ruled_table_lacks_are_no_ops(spark, tmp_path):
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING NOT NULL, amount DOUBLE) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
+    c = Changes(spark, table, _upsert(delete_enabled=True))
+    c.txn = 1
+    c.apply([{"id": 9, "delete": True}, {"id": 1, "name": "a1", "amount": 1.0}, {"id": 2, "name": "b1", "amount": 2.0}])
+    c.apply([{"id": 1, "delete": True}, {"id": 7, "delete": True}])
+    assert {k: (v["name"], v["amount"]) for k, v in c.rows().items()} == {2: ("b1", 2.0)}
