@@ -63,7 +63,12 @@ class CommitRecord:
 class CoordinatorStats:
     commits: list[CommitRecord] = field(default_factory=list)
     commit_failures: int = 0
+    groups_left_out: int = 0  # file groups a commit left out (they disagreed with the table): read again
     claims: int = 0
+
+
+LEFT_OUT_LIMIT = 3
+"""Commits in a row that may leave out one partition's file group before the commit fails (coordinator._agreeing)."""
 
 
 class CoordinatorService:
@@ -94,6 +99,7 @@ class CoordinatorService:
         self._dlq = None  # connector.kafka.deadletter.DeadLetterProducer, once a constraint rejects a row
         self._resets_warned: set[tuple[TopicPartition, int]] = set()  # (partition, committed) warned about
         self._retries = Retries(self.clock, cfg.write_retry_timeout_ms, cfg.retry_backoff_ms)
+        self._left_out: dict[tuple[str, int], int] = {}  # commits in a row that left out a partition's group
         self._retry_at: Deadline | None = None  # when a failed commit's txn is discarded and a new one starts
 
     def _default_spark(self):
@@ -282,7 +288,12 @@ class CoordinatorService:
         pending = next((e for e in queue if isinstance(e, Commit)), None)
         if self._table_known or pending is None:
             return start
-        schema = self.sink.staged_schema(pending.statuses)
+        try:
+            kept, _ = self.sink.agreeing(pending.statuses)
+            schema = self.sink.staged_schema(kept)
+        except (LakesinkError, OSError) as exc:  # the commit that follows meets it again, in its error handling
+            log.warning("the schema a new table gets from txn %d is not known yet: %s", pending.txn, _one_line(exc))
+            return start
         return start if schema is None else Send(replace(start.message, schema=schema_to_text(schema)))
 
     def _commit(self, c: Commit) -> list[Effect]:
@@ -291,10 +302,13 @@ class CoordinatorService:
                 and not self._txn_refresh_due():
             return self.state.on_commit_skipped()
         try:
+            c, left = self._agreeing(c)
+            if left and not any(s.rows for s in c.statuses):
+                return self.state.on_commit_failed(dict(self.state.committed_offsets))  # read again, all of them
             result = self.sink.commit(c.version, c.offsets, c.statuses, expect_new_table=not self._table_known)
         except FencedError:
             return self._after_fence()
-        except (CommitError, OSError) as exc:  # OSError: the write-ahead manifest could not be written
+        except (LakesinkError, OSError) as exc:  # OSError: the write-ahead manifest could not be written
             return self._on_commit_failed(c, exc)
         fault_point("coordinator.after-delta-commit")
         if result.skipped_empty:
@@ -305,6 +319,34 @@ class CoordinatorService:
         effects = self.state.on_committed(result.table_version, c.offsets)
         self._after_commit(c, result, duration)
         return effects
+
+    def _agreeing(self, c: Commit) -> tuple[Commit, list]:
+        """`c` without the file groups that disagree with the table or the partitions before them (sink.agreeing):
+        their partitions keep their committed offsets, so their records are read again against the table this
+        commit makes, where what does not fit it is a record error of its own."""
+        kept, left = self.sink.agreeing(c.statuses)
+        for status in kept:
+            self._left_out.pop(status.topic_partition, None)
+        if not left:
+            return c, left
+        offsets = dict(c.offsets)
+        for status, why in left:
+            tp = status.topic_partition
+            self._left_out[tp] = self._left_out.get(tp, 0) + 1
+            if self._left_out[tp] > LEFT_OUT_LIMIT:
+                # read again against the table, its records should have fitted or failed one by one: they did not
+                raise CommitError(f"the file group of {tp[0]}-{tp[1]} disagreed with {self.cfg.table_path} in "
+                                  f"{self._left_out[tp]} commits in a row: {why}", permanent=False)
+            before = self.state.committed_offsets.get(tp)
+            if before is None:
+                offsets.pop(tp, None)
+            else:
+                offsets[tp] = before
+            self.stats.groups_left_out += 1
+            log.warning("txn %d leaves out the file group of %s-%d (%d rows): %s; its records are read again from "
+                        "offset %s against the table", c.txn, tp[0], tp[1], status.rows, why, before)
+        self.sink.discard([s for s, _ in left], "left out of the commit")
+        return replace(c, statuses=kept, offsets=offsets), left
 
     def _sweep(self) -> None:
         """Delete lakesink's files that no table version references (connector/table/sweep.py), then again after

@@ -38,6 +38,8 @@ from connector.formats.problems import (  # noqa: F401 - the record error names,
     Problem,
     kind_of,
 )
+from connector.formats.json_types import INVALID_NAME
+from connector.schema.names import PLAIN_REFUSED, plain_refused, sanitized
 from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
 from connector.schema.widening import arrow_widens
 from connector.upsert import (
@@ -139,6 +141,23 @@ class Converter:
             schema = pa.schema([f for f in schema if not self._reserved_name(f.name)], metadata=schema.metadata)
         # typed records fill any column their schema maps to; plain JSON only those its reader can
         self._rows.hold(schema, check=not self.value_schemas)
+
+    def set_name_policy(self, policy: str, table_maps_names: bool | None) -> None:
+        """`field.name.policy` and the table's column mapping (None: no table yet): what a field whose name Delta's
+        plain mode refuses becomes (connector/schema/names.py)."""
+        if policy == "sanitize":
+            self._rows.names, self._rows.refusal = "sanitize", ""
+        elif policy == "error":
+            self._rows.names, self._rows.refusal = "refuse", (
+                f"Delta refuses the characters {PLAIN_REFUSED!r} in a column name without column mapping, and "
+                "field.name.policy=error; set field.name.policy=sanitize or column_mapping to store it")
+        elif table_maps_names is False:
+            self._rows.names, self._rows.refusal = "refuse", (
+                f"Delta refuses the characters {PLAIN_REFUSED!r} in a column name, and the table has no column "
+                "mapping (delta.columnMapping.mode=name); set field.name.policy=sanitize, or enable column mapping "
+                "on the table")
+        else:
+            self._rows.names, self._rows.refusal = "keep", ""
 
     def set_type_widening(self, allowed: bool) -> None:
         """Whether the table lets a column's type widen to a record's wider type (schema evolution on, and the
@@ -473,6 +492,7 @@ class Converter:
                     rejected[i] = (RESERVED_FIELD, f"field '{reserved[0]}' uses a name reserved for a column "
                                                    "lakesink adds; rename it or set connect.meta.data=false")
                 continue
+            table = self._named(table, index, rejected)
             fitted = fit(table, self._rows.schema, open_, whose, widen)
             for row, error in fitted.errors.items():
                 rejected[index[row]] = error
@@ -488,6 +508,19 @@ class Converter:
             data = data.take(pa.array(permutation, pa.int64()))
             order = [order[p] for p in permutation]
         return data, order
+
+    def _named(self, table: pa.Table, index: list[int], rejected: dict[int, tuple[str, str]]) -> pa.Table:
+        """A typed table's columns under field.name.policy (connector/formats/json_types.py applies it to plain
+        JSON): names Delta's plain mode refuses sanitized, or their records rejected."""
+        refused = [name for name in table.column_names if plain_refused(name)]
+        if not refused or self._rows.names == "keep":
+            return table
+        if self._rows.names == "sanitize":
+            return table.rename_columns([sanitized(name) for name in table.column_names])
+        for name in refused:
+            for row in true_indices(table.column(name).is_valid()):
+                rejected.setdefault(index[row], (INVALID_NAME, f"field '{name}': {self._rows.refusal}"))
+        return table.drop_columns(refused)
 
     # --- keys, deletes and change events (write.mode=upsert|dedup, value.envelope=debezium) ---
 

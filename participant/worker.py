@@ -127,7 +127,10 @@ class Worker:
         self._channel: ControlChannel | None = None
         self._consumer: Consumer | None = None
         self._dlq: DeadLetterProducer | None = None
-        self._converter = self._new_converter()
+        # one converter per partition: what a partition's records infer never depends on which partitions share
+        # this worker; each holds the table's view (data schema, key type, type widening) set on all of them
+        self._converters: dict[tuple[str, int], Converter] = {}
+        self._table_view: tuple = (None, None, False, None)
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -293,7 +296,7 @@ class Worker:
         files, schemas, files_ref = self._table.status_files(files, schemas, runner.key, self.worker_id,
                                                              txn_tag(runner.state.epoch or 0, runner.state.txn or 0))
         # the key columns of the group's rows (held by the converter since the first keyed record)
-        key_fields = self._converter.key_fields if rows else ()
+        key_fields = self._converter(runner.key).key_fields if rows else ()
         effects = runner.state.on_flushed(files, rows, nbytes, runner.failed, runner.dead_lettered, schemas,
                                           files_ref, key_fields)
         self._apply(runner, effects)
@@ -416,7 +419,7 @@ class Worker:
                 return
         self.stats.records_read += len(msgs)
         self.metrics.records_read.inc(len(msgs))
-        result = self._converter.convert(msgs)
+        result = self._converter(runner.key).convert(msgs)
         if result.failures:
             self._handle_failures(runner, result.failures)
         if result.table is not None and result.table.num_rows:
@@ -524,6 +527,7 @@ class Worker:
     def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
         for tp in partitions:
             runner = self.runners.pop((tp.topic, tp.partition), None)
+            self._converters.pop((tp.topic, tp.partition), None)
             # A file group already reported in a WRITE-STATUS stays: the coordinator may be committing it.
             if runner is not None and runner.writer is not None and runner.state.phase is not Phase.WAITING_ACK:
                 runner.writer.discard()
@@ -544,11 +548,23 @@ class Worker:
 
     # --- schema --------------------------------------------------------------------------------------------
 
-    def _new_converter(self) -> Converter:
-        cfg = self.cfg
-        return Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes, cfg.schema_evolution,
-                         UpsertSpec.from_config(cfg), cfg.value_converter_schemas_enable,
-                         cfg.key_converter_schemas_enable)
+    def _converter(self, key: tuple[str, int]) -> Converter:
+        converter = self._converters.get(key)
+        if converter is None:
+            cfg = self.cfg
+            converter = Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes,
+                                  cfg.schema_evolution, UpsertSpec.from_config(cfg), cfg.value_converter_schemas_enable,
+                                  cfg.key_converter_schemas_enable)
+            self._show_table(converter)
+            self._converters[key] = converter
+        return converter
+
+    def _show_table(self, converter: Converter) -> None:
+        schema, key, widening, maps_names = self._table_view
+        converter.set_schema(schema)
+        converter.set_key_type(key)
+        converter.set_type_widening(widening)
+        converter.set_name_policy(self.cfg.field_name_policy, maps_names)
 
     def _refresh_schema(self, table_version: int | None = None) -> None:
         if table_version is not None and table_version == self._converter_schema_version:
@@ -559,16 +575,23 @@ class Worker:
         profile = read_profile(dt)
         self._split_by = profile.partition_columns if profile.fast_path else None
         self._set_table_schema(self._table.arrow_schema(dt))
-        self._converter.set_type_widening(profile.type_widening and self.cfg.schema_evolution)
+        schema, key, _, _ = self._table_view
+        self._table_view = (schema, key, profile.type_widening and self.cfg.schema_evolution,
+                            profile.column_mapping != "none")
+        for converter in self._converters.values():
+            converter.set_type_widening(self._table_view[2])
+            converter.set_name_policy(self.cfg.field_name_policy, self._table_view[3])
         self._converter_schema_version = dt.version() if table_version is None else table_version
 
     def _set_table_schema(self, schema) -> None:
         import pyarrow as pa
 
-        self._converter.set_schema(None if schema is None else pa.schema([f for f in schema
-                                                                          if f.name not in META_COLUMNS]))
+        data = None if schema is None else pa.schema([f for f in schema if f.name not in META_COLUMNS])
         key = None if schema is None or schema.get_field_index(KEY) < 0 else schema.field(KEY).type
-        self._converter.set_key_type(key)
+        self._table_view = (data, key, *self._table_view[2:])
+        for converter in self._converters.values():
+            converter.set_schema(data)
+            converter.set_key_type(key)
 
 
 def _newer(msg: Message | None, than: Message | None) -> bool:

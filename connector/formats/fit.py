@@ -128,16 +128,20 @@ def fit(batch: pa.Table, held: pa.Schema | None, open_: bool, whose: str, widen:
         return Fitted(batch, list(range(batch.num_rows)), batch.schema, {})
     errors: dict[int, tuple[str, str]] = {}
     schema = list(held)
-    positions = {f.name: i for i, f in enumerate(schema)}
+    positions = {f.name.lower(): i for i, f in enumerate(schema)}  # Delta's names are case-insensitive
+    spelled = [schema[positions[f.name.lower()]].name if f.name.lower() in positions else f.name
+               for f in batch.schema]
+    if spelled != batch.column_names:
+        batch = batch.rename_columns(spelled)
     drop: list[str] = []
     for column_field in batch.schema:
         name, kind = column_field.name, column_field.type
         column = batch.column(name)
         present = column.is_valid()
-        i = positions.get(name)
+        i = positions.get(name.lower())
         if i is None:
             if open_:
-                positions[name] = len(schema)
+                positions[name.lower()] = len(schema)
                 schema.append(pa.field(name, kind, True))
                 continue
             reason = (NEW_FIELD, f"new field '{name}' not in {whose}; set schema.evolution=true to add it")

@@ -7,10 +7,10 @@ with raw newline bytes or odd starts are re-read on their own, and a batch the r
 every bad record stands alone and is diagnosed in Python.
 
 Schema: once the table exists, `hold` gives its data schema and records are held to it (a new field is a failure
-unless `allow_new_fields`, a type that does not fit is a failure, ints fill double columns). Before that, the
-schema is inferred from the first records and held the same way, except that new fields grow it (there is no
-table yet to disagree). Partitions may infer differently: the coordinator reconciles their file groups with
-`unify` (permissive: int64 + double -> double) and `conform`.
+unless `allow_new_fields`, a type that does not fit is a failure). Before that, the schema is inferred from the
+first records and held the same way, except that new fields grow it and a bigint column may still become double
+(there is no table yet to disagree). The type rules are connector/formats/json_types.py's. Partitions may infer
+differently: the coordinator decides between their file groups by the same rules (DeltaTableSink.agreeing).
 """
 from __future__ import annotations
 
@@ -33,62 +33,48 @@ from connector.formats.problems import (
     found,
     kind_of,
 )
-from connector.schema.algebra import IncompatibleSchemas, conform, is_list
+from connector.formats.json_types import (
+    EXACT,
+    Rules,
+    as_strings,
+    big_ints,
+    check_schema,
+    grow_extents,
+    has_timestamp,
+    long_numbers,
+    parse_schema,
+    rounded,
+    settle,
+)
+from connector.schema.algebra import conform, is_list
 from connector.schema.columns import META_PREFIX
 
 _Check = Callable[[Any], "tuple[str, list[str], Any] | None"]
 
 _MAX_PARSE_BYTES = 256 << 20
 """Largest text handed to one read_json call (its block must hold the whole text: one block, one inference)."""
+_INT64_MAX = (1 << 63) - 1
 _THREADED_PARSE_BYTES = 1 << 20
 """Below this, read_json without its thread pool: starting it costs milliseconds."""
 
 
-def _parse_field(field: pa.Field, path: str, omit_null: bool) -> pa.Field | None:
-    """The field as the JSON reader can fill it (cast to the real type afterwards); None: leave it out of the
-    explicit schema so that the reader infers it (a null type there would reject every value)."""
-    types, kind = pa.types, field.type
-    if types.is_null(kind) and omit_null:
-        return None
-    if types.is_struct(kind):
-        children = [_parse_field(f, f"{path}.{f.name}", omit_null) for f in kind]
-        return field.with_type(pa.struct([f for f in children if f is not None]))
-    if is_list(kind) or types.is_fixed_size_list(kind):
-        item = _parse_field(kind.value_field, f"{path}[]", omit_null)
-        return None if item is None else field.with_type(pa.list_(item))
-    if types.is_large_string(kind) or types.is_date(kind) or types.is_string_view(kind):
-        return field.with_type(pa.string())
-    if types.is_large_binary(kind) or types.is_binary_view(kind):
-        return field.with_type(pa.binary())
-    if types.is_map(kind) or types.is_dictionary(kind) or types.is_union(kind) or types.is_time(kind):
-        raise LakesinkError(
-            f"column '{path}' has type {kind}, which JSON records cannot fill; "
-            "use value.converter=string or a table without that column"
-        )
-    return field
+def _unfillable(schema: pa.Schema) -> None:
+    """Raise for a column of a type JSON records cannot fill."""
+    def check(kind: pa.DataType, path: str) -> None:
+        types = pa.types
+        if types.is_struct(kind):
+            for f in kind:
+                check(f.type, f"{path}.{f.name}")
+        elif is_list(kind) or types.is_fixed_size_list(kind):
+            check(kind.value_type, f"{path}[]")
+        elif types.is_map(kind) or types.is_dictionary(kind) or types.is_union(kind) or types.is_time(kind):
+            raise LakesinkError(
+                f"column '{path}' has type {kind}, which JSON records cannot fill; "
+                "use value.converter=string or a table without that column"
+            )
 
-
-def _parse_schema(schema: pa.Schema, omit_null: bool) -> pa.Schema:
-    fields = (_parse_field(f, f.name, omit_null) for f in schema)
-    return pa.schema([f for f in fields if f is not None])
-
-
-def _grown(known: pa.DataType, parsed: pa.DataType) -> pa.DataType:
-    """The known type grown by what the reader inferred beyond it: new nested fields, types for nulls."""
-    if pa.types.is_null(known):
-        return parsed
-    if pa.types.is_struct(known) and pa.types.is_struct(parsed):
-        names = {f.name for f in known}
-        fields = [
-            f.with_type(_grown(f.type, parsed.field(i).type)) if (i := parsed.get_field_index(f.name)) >= 0 else f
-            for f in known
-        ]
-        return pa.struct(fields + [f.with_nullable(True) for f in parsed if f.name not in names])
-    if is_list(known) and is_list(parsed):
-        item = known.value_field
-        grown = item.with_type(_grown(item.type, parsed.value_type))
-        return pa.large_list(grown) if pa.types.is_large_list(known) else pa.list_(grown)
-    return known
+    for f in schema:
+        check(f.type, f.name)
 
 
 class _ChunkFailed(Exception):
@@ -99,9 +85,10 @@ class JsonRows:
     """Reads batches of one partition's plain JSON values into rows; keeps the data schema between batches.
 
     Once a schema is known (held from the table, or inferred from the first records), every record is parsed
-    against it: a value of another type is a failure (an int fills a double column; 1.5 never fills an int64
-    one). New fields grow an inferred schema (there is no table to disagree yet); against the table's schema
-    they are failures unless allow_new_fields. meta: the `_kafka_` prefix is lakesink's (no field may use it).
+    against it and settled by the rules of connector/formats/json_types.py: a value that does not fit is a record
+    error, never a rounded or shifted value. New fields grow an inferred schema (there is no table to disagree yet);
+    against the table's schema they are failures unless allow_new_fields. meta: the `_kafka_` prefix is lakesink's
+    (no field may use it).
     """
 
     def __init__(self, allow_new_fields: bool, meta: bool):
@@ -109,19 +96,25 @@ class JsonRows:
         self.meta = meta
         self.schema: pa.Schema | None = None
         self.from_table = False
-        self._parse_cache: tuple[pa.Schema, pa.Schema] | None = None
-        self._check_cache: tuple[pa.Schema, bool, _Check] | None = None
+        self._extents: dict[str, int] = {}
+        self.names, self.refusal = "keep", ""
+        self._check_cache: tuple[tuple, _Check] | None = None
 
     def hold(self, schema: pa.Schema | None, check: bool = True) -> None:
         """Hold records to the table's data schema; None forgets it and infers again. check: raise for a column
         JSON records cannot fill."""
+        self._extents = {}
         if schema is None:
             self.schema, self.from_table = None, False
             return
         if check:
-            _parse_schema(schema, omit_null=False)
+            _unfillable(schema)
         self.schema, self.from_table = schema, True
 
+    def _rules(self) -> Rules:
+        whose = "the table schema" if self.from_table else "the schema inferred from earlier records"
+        return Rules(self.allow_new_fields or not self.from_table, not self.from_table, whose, self.names,
+                     self.refusal, self._extents)
 
     def read(
         self, values: list[bytes | None], value_array: pa.Array, rejected: dict[int, tuple[str, str]]
@@ -158,17 +151,18 @@ class JsonRows:
                 joined = b"\n".join(lines)
             break
 
+        index = list(range(len(values))) if kept is None else kept
         if len(joined) <= _MAX_PARSE_BYTES:
             try:
-                table, self.schema = self._parse(joined, len(lines))
-                return table, kept
+                table, converted = self._parse(lines, index, rejected, joined, array)
+                return table, (None if len(converted) == len(values) else converted)
             except _ChunkFailed:
                 pass
-            pieces = [(lines, list(range(len(values))) if kept is None else kept)]
+            pieces = [(lines, index)]
         else:
-            pieces = _pieces(lines, list(range(len(values))) if kept is None else kept)
+            pieces = _pieces(lines, index)
         tables: list[pa.Table] = []
-        converted: list[int] = []
+        converted = []
         for piece_lines, piece_index in pieces:
             self._slow(piece_lines, piece_index, tables, converted, rejected, tried=len(pieces) == 1)
         if not tables:
@@ -187,9 +181,7 @@ class JsonRows:
         """Convert lines the reader rejected as a whole (tried) or that were too many for one read."""
         if not tried:
             try:
-                table, self.schema = self._parse(b"\n".join(lines), len(lines))
-                tables.append(table)
-                converted.extend(index)
+                self._keep(self._parse(lines, index, rejected), tables, converted)
                 return
             except _ChunkFailed:
                 pass
@@ -207,11 +199,16 @@ class JsonRows:
         if not screened_lines:
             return
         try:
-            table, self.schema = self._parse(b"\n".join(screened_lines), len(screened_lines))
-            tables.append(table)
-            converted.extend(screened_index)
+            self._keep(self._parse(screened_lines, screened_index, rejected), tables, converted)
         except _ChunkFailed:
             self._bisect(screened_lines, screened_index, tables, converted, rejected)
+
+    @staticmethod
+    def _keep(parsed: tuple[pa.Table | None, list[int]], tables: list[pa.Table], converted: list[int]) -> None:
+        table, index = parsed
+        if table is not None and table.num_rows:
+            tables.append(table)
+            converted.extend(index)
 
     def _bisect(
         self,
@@ -225,12 +222,9 @@ class JsonRows:
         pending = [(0, len(lines))]
         while pending:
             lo, hi = pending.pop()
-            joined = b"\n".join(lines[lo:hi])
-            if len(joined) <= _MAX_PARSE_BYTES or hi - lo == 1:
+            if sum(map(len, lines[lo:hi])) + hi - lo <= _MAX_PARSE_BYTES or hi - lo == 1:
                 try:
-                    table, self.schema = self._parse(joined, hi - lo)
-                    tables.append(table)
-                    converted.extend(index[lo:hi])
+                    self._keep(self._parse(lines[lo:hi], index[lo:hi], rejected), tables, converted)
                     continue
                 except _ChunkFailed as failure:
                     if hi - lo == 1:
@@ -240,46 +234,70 @@ class JsonRows:
             pending.append((middle, hi))
             pending.append((lo, middle))  # popped first: chunks are parsed left to right
 
-    def _parse(self, joined: bytes, rows: int) -> tuple[pa.Table, pa.Schema]:
-        """The table of `rows` single-line JSON objects and the schema after them; raises _ChunkFailed."""
+    def _parse(self, lines: list[bytes], index: list[int], rejected: dict[int, tuple[str, str]],
+               joined: bytes | None = None, array: pa.Array | None = None) -> tuple[pa.Table | None, list[int]]:
+        """The rows of single-line JSON objects `lines` (the records `index`) as the held schema grows by them, and
+        the records they come from; the records the rules refuse go into `rejected`. Raises _ChunkFailed when the
+        reader rejects the text (the caller narrows it down)."""
+        refused: dict[int, tuple[str, str]] = {}
+        while True:
+            rules = self._rules()
+            table = self._read(b"\n".join(lines) if joined is None else joined, len(lines), rules)
+            try:
+                table, schema = settle(table, self.schema, rules)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+                raise _ChunkFailed(str(error)) from None
+            rounding, beyond = {}, {}
+            for j in long_numbers(pa.array(lines, pa.binary()) if array is None else array):
+                for path, value in big_ints(lines[j]):
+                    if why := rounded(schema, path, value):
+                        (beyond if abs(value) > _INT64_MAX else rounding)[j] = (TYPE_MISMATCH, why)
+                        break
+            # integers beyond bigint first: without them the others may read as the bigints they are
+            rounding = beyond or rounding
+            if not rounding:
+                break
+            # read again without them: they may have made the reader infer double for a column of integers
+            refused.update((index[j], error) for j, error in rounding.items())
+            keep = [j for j in range(len(lines)) if j not in rounding]
+            lines, index = [lines[j] for j in keep], [index[j] for j in keep]
+            joined = array = None
+            if not lines:
+                rejected.update(refused)
+                return None, []
+        if self.meta and any(name.lower().startswith(META_PREFIX) for name in schema.names):
+            raise _ChunkFailed("a field uses the reserved prefix _kafka_")
+        if rules.bad:
+            refused.update((index[j], error) for j, error in rules.bad.items())
+            keep = [j for j in range(len(lines)) if j not in rules.bad]
+            table = table.take(pa.array(keep, pa.int64()))
+            index = [index[j] for j in keep]
+        rejected.update(refused)
+        grow_extents(table, rules)
+        self.schema = self.schema if self.schema is not None and schema.equals(self.schema) else schema
+        return table, index
+
+    def _read(self, joined: bytes, rows: int, rules: Rules) -> pa.Table:
+        """The reader's table of `rows` JSON lines; raises _ChunkFailed."""
         read_options = pj.ReadOptions(
             block_size=max(len(joined) + 1, 1024), use_threads=len(joined) > _THREADED_PARSE_BYTES
         )
-        known = self.schema
         try:
-            if known is None:
+            if self.schema is None:
                 table = pj.read_json(pa.BufferReader(joined), read_options)
             else:
-                open_ = self.allow_new_fields or not self.from_table
-                options = pj.ParseOptions(
-                    explicit_schema=self._parse_schema_of(known),
-                    unexpected_field_behavior="infer" if open_ else "error",
-                )
+                options = pj.ParseOptions(explicit_schema=parse_schema(self.schema, rules),
+                                          unexpected_field_behavior="infer")
                 table = pj.read_json(pa.BufferReader(joined), read_options, options)
-            table = _drop_null_columns(table)
-            if self.meta and any(name.startswith(META_PREFIX) for name in table.column_names):
-                raise _ChunkFailed("a field uses the reserved prefix _kafka_")
-            if known is None:
-                target = table.schema
-            else:
-                parsed = table.schema
-                names = set(parsed.names)
-                grown = [
-                    f.with_type(_grown(f.type, parsed.field(f.name).type)) if f.name in names else f for f in known
-                ]
-                new = [f.with_nullable(True) for f in parsed if f.name not in known.names]
-                target = pa.schema(grown + new, metadata=known.metadata)
-            table = conform(table, target)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, IncompatibleSchemas) as error:
+            if any(has_timestamp(f.type) for f in table.schema):
+                # the reader's own timestamps drop the zone: read those values again as the strings they are
+                options = pj.ParseOptions(explicit_schema=as_strings(table.schema), unexpected_field_behavior="infer")
+                table = pj.read_json(pa.BufferReader(joined), read_options, options)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
             raise _ChunkFailed(str(error)) from None
         if table.num_rows != rows:
             raise _ChunkFailed(f"{rows} lines read as {table.num_rows} rows")
-        return table, (known if known is not None and target.equals(known) else target)
-
-    def _parse_schema_of(self, schema: pa.Schema) -> pa.Schema:
-        if self._parse_cache is None or self._parse_cache[0] is not schema:
-            self._parse_cache = (schema, _parse_schema(schema, omit_null=not self.from_table))
-        return self._parse_cache[1]
+        return table
 
     def _screen(self, line: bytes) -> tuple[str, str] | None:
         """Why a line is no acceptable record, as far as Python's json module can tell; None if it may be."""
@@ -290,7 +308,7 @@ class JsonRows:
         if not isinstance(record, dict):
             return NOT_AN_OBJECT, f"the value is a JSON {kind_of(record)}, not an object"
         if self.meta:
-            reserved = [name for name in record if name.startswith(META_PREFIX)]
+            reserved = [name for name in record if name.lower().startswith(META_PREFIX)]
             if reserved:
                 return RESERVED_FIELD, (
                     f"field '{reserved[0]}' uses the prefix '{META_PREFIX}' reserved for the Kafka meta data "
@@ -310,9 +328,11 @@ class JsonRows:
 
     def _record_check(self) -> _Check:
         closed = self.from_table and not self.allow_new_fields
-        if self._check_cache is None or self._check_cache[0] is not self.schema or self._check_cache[1] != closed:
-            self._check_cache = (self.schema, closed, _checker(pa.struct(list(self.schema)), closed))
-        return self._check_cache[2]
+        rules = self._rules()
+        key = (id(self.schema), closed, frozenset(p for p, v in self._extents.items() if v > EXACT))
+        if self._check_cache is None or self._check_cache[0] != key:
+            self._check_cache = (key, _checker(pa.struct(list(check_schema(self.schema, rules))), closed))
+        return self._check_cache[1]
 
     def _diagnose(self, line: bytes, reader_error: str) -> tuple[str, str]:
         """Why one line was rejected, in words a producer's owner can act on."""
@@ -341,12 +361,6 @@ def _pieces(lines: list[bytes], index: list[int]) -> list[tuple[list[bytes], lis
 def kept_indices(n: int, rejected: dict[int, tuple[str, str]]) -> list[int] | None:
     """Indices of the records not rejected, in order; None when that is all of them."""
     return None if not rejected else [i for i in range(n) if i not in rejected]
-
-
-def _drop_null_columns(table: pa.Table) -> pa.Table:
-    """Top-level columns that are null in every row carry no type: leave them out until a value shows one."""
-    nulls = [field.name for field in table.schema if pa.types.is_null(field.type)]
-    return table.drop_columns(nulls) if nulls else table
 
 
 def true_indices(mask: pa.Array) -> list[int]:
@@ -395,13 +409,13 @@ def _checker(kind: pa.DataType, closed: bool) -> _Check:
     types = pa.types
     expected = str(kind)
     if types.is_struct(kind):
-        children = {f.name: _checker(f.type, closed) for f in kind}
+        children = {f.name.lower(): _checker(f.type, closed) for f in kind}
 
         def check_struct(value: Any) -> tuple[str, list[str], Any] | None:
             if type(value) is not dict:
                 return expected, [], value
             for name, item in value.items():
-                child = children.get(name)
+                child = children.get(name.lower())
                 if child is None:
                     if closed:
                         return NEW_FIELD, [name], item

@@ -708,7 +708,7 @@ class DeltaTableSink:
         if any(schema is None for schema in schemas):
             raise CommitError("a WRITE-STATUS names data files without their schema: every worker must run this "
                               "lakesink version")
-        schema = _target_schema(schemas, None, self.schema_evolution)
+        schema = _target_schema(fold_case(schemas), None, self.schema_evolution)  # as the commit will
         return merge.table_columns(self.upsert, schema) if self.upsert.keyed else schema
 
     def agreeing(self, statuses: tuple[WriteStatus, ...]) -> tuple[tuple[WriteStatus, ...],

