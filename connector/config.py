@@ -879,7 +879,9 @@ _INFERENCE_HEADER = """## Schemaless JSON
 With `value.converter.schemas.enable=false` the columns' types are inferred from the records. A type only ever widens
 without loss, the same rules decide in every partition and at the commit (partitions that disagree about a new column:
 the first partition's type wins, and the other's records are read again against the table), and a value that does not
-fit its column is a record error of its own, never a rounded, truncated or shifted value.
+fit its column is a record error of its own, never a rounded, truncated or shifted value. Before the table exists, a
+record that only the types inferred from its partition's earlier records refuse is no record error yet: the partition's
+records from it on wait for the next txn, where the table that txn's commit made (or a fresh inference) decides.
 
 """
 

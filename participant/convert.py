@@ -38,7 +38,7 @@ from connector.formats.problems import (  # noqa: F401 - the record error names,
     Problem,
     kind_of,
 )
-from connector.formats.json_types import INVALID_NAME
+from connector.formats.json_types import INVALID_NAME, NO_COLUMNS
 from connector.schema.names import PLAIN_REFUSED, plain_refused, sanitized
 from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
 from connector.schema.widening import arrow_widens
@@ -78,7 +78,8 @@ class ConvertResult:
     failures: list[RecordFailure]
     first_offset: int | None
     next_offset: int | None
-    """The batch covers [first_offset, next_offset), failed records included."""
+    """The batch covers [first_offset, next_offset), failed records included; a next_offset before the batch's end:
+    the records from it on are to be read again in the next txn (see Converter._read_plain)."""
     bytes_in: int
     """Total value bytes of the batch."""
 
@@ -267,18 +268,36 @@ class Converter:
         changes: list[Change | None] | None = None
         if self.value_converter == "json" and not self.value_schemas:
             _reject_wrapped(values, value_array, rejected)
+        cut = None
         if self.upsert.unwraps and self.value_schemas:
             data, kept, changes = self._typed_changes(keys, values, rejected)
         elif self.upsert.unwraps:
             lines, changes = self._unwrap(keys, values, rejected)
-            data, kept = self._rows.read(lines, pa.array(lines, pa.binary()), rejected)
+            data, kept, cut = self._read_plain(lines, pa.array(lines, pa.binary()), rejected)
         elif self.value_schemas:
             data, kept = self._typed(values, rejected, value_array)
         elif self.value_converter == "json":
-            data, kept = self._rows.read(values, value_array, rejected)
+            data, kept, cut = self._read_plain(values, value_array, rejected)
         else:
             data, kept = self._plain(values, value_array, rejected)
 
+        if cut is not None:
+            # a record the types inferred so far cannot hold, before the table exists: the batch ends before it, and
+            # it is read again in the next txn, against the table that txn's commit makes (or a fresh inference),
+            # never dead-lettered by a guess that another partition's records may overrule
+            rejected = {i: error for i, error in rejected.items() if i < cut}
+            if data is not None:
+                order = range(n) if kept is None else kept
+                rows = [j for j, i in enumerate(order) if i < cut]
+                kept = [i for i in order if i < cut]
+                data = data.take(pa.array(rows, pa.int64())) if rows else None
+            n = cut
+        if data is not None and data.num_columns == 0 and not self.connect_meta_data \
+                and not self.upsert.stages_coordinates:
+            for i in range(n) if kept is None else kept:
+                rejected[i] = (NO_COLUMNS, "the record has no field with a type yet (only null, {} or []), and with "
+                                           "connect.meta.data=false there is no column to store its row in")
+            data, kept = None, []
         failures = [
             RecordFailure(topic, partition, offsets[i], timestamps[i], keys[i], values[i], headers_of(i), *rejected[i])
             for i in sorted(rejected)
@@ -294,7 +313,20 @@ class Converter:
         rows = 0 if data is None else data.num_rows
         if rows + len(failures) != n:
             raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
-        return ConvertResult(data if rows else None, failures, offsets[0], offsets[-1] + 1, bytes_in)
+        return ConvertResult(data if rows else None, failures, offsets[0], offsets[n] if cut is not None else
+                             offsets[-1] + 1, bytes_in)
+
+    def _read_plain(self, lines: list[bytes | None], array: pa.Array, rejected: dict[int, tuple[str, str]]
+                    ) -> tuple[pa.Table | None, list[int] | None, int | None]:
+        """Plain JSON rows (JsonRows.read) and the cut: the first record that only the types inferred from earlier
+        records refuse, before the table exists (None: no such record)."""
+        before = set(rejected)
+        data, kept = self._rows.read(lines, array, rejected)
+        if self._rows.from_table:
+            return data, kept, None
+        provisional = [i for i, (error_class, _) in rejected.items() if error_class == TYPE_MISMATCH and
+                       i not in before]
+        return data, kept, (min(provisional) if provisional else None)
 
     def _plain(
         self, values: list[bytes | None], value_array: pa.Array, rejected: dict[int, tuple[str, str]]

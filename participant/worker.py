@@ -69,6 +69,7 @@ class PartitionRunner:
     state: ParticipantState
     writer: FileGroupWriter | None = None
     delivered_next: int | None = None  # offset after the last record consume() handed us for this partition
+    held: tuple | None = None  # (epoch, txn) in which the converter ended the partition's records early
     pending_seek: object = _NO_SEEK
     out_of_range: bool = False  # its fetch hit an offset the partition no longer holds: it takes no seek now
     failed: int = 0
@@ -408,7 +409,8 @@ class Worker:
 
     def _handle_records(self, runner: PartitionRunner, msgs: list) -> None:
         state = runner.state
-        if state.phase is not Phase.CONSUMING or runner.pending_seek is not _NO_SEEK:
+        if state.phase is not Phase.CONSUMING or runner.pending_seek is not _NO_SEEK \
+                or runner.held == (state.epoch, state.txn):
             # Fetched before a pause or seek took effect: dropped, and re-read after the next seek.
             runner.delivered_next = None
             return
@@ -427,6 +429,17 @@ class Worker:
             self.stats.records_staged += result.table.num_rows
             self.metrics.records_sent.inc(result.table.num_rows)
         first, nxt = msgs[0].offset(), msgs[-1].offset() + 1
+        if result.next_offset is not None and result.next_offset < nxt:
+            # the rest is read again in the next txn (Converter._read_plain): nothing more of this partition in this one
+            if result.next_offset > first:
+                state.on_records(first, result.next_offset)
+            runner.held = (state.epoch, state.txn)
+            runner.delivered_next = None  # the next START's Resume seeks back to the state's position
+            self._consumer.pause([KafkaTP(*runner.key)])
+            log.info("%s-%d: the record at offset %d does not fit the types inferred so far, before the table "
+                     "exists; it and the records after it are read again in the next txn", *runner.key,
+                     result.next_offset)
+            return
         state.on_records(first, nxt)
         runner.delivered_next = nxt
         fault_point("participant.mid-consume")

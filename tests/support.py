@@ -102,3 +102,59 @@ def read_topic(bootstrap: str, topic: str, expected, timeout_s: float = 60) -> l
     finally:
         consumer.close()
     return got
+
+
+def drain(sink, cfg, ends: dict[tuple[str, int], int], what: str, timeout_s: float) -> None:
+    """Wait until the table's committed offsets (what recovery reads) reach `ends` while the in-process roles of
+    `sink` (tests/integration/test_table_features.py Sink) run without error: every record handled."""
+    from bench.harness import wait_until
+    from connector.table.sink import DeltaTableSink
+
+    reader = DeltaTableSink(cfg.table_path, cfg.name)
+
+    def done():
+        assert not sink.errors, {role: str(error) for role, error in sink.errors.items()}
+        committed = reader.recover().offsets
+        return all((committed.get(tp) or 0) >= end for tp, end in ends.items())
+
+    wait_until(done, timeout_s, what, interval_s=0.5)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str) -> tuple[int, str] | None:
+    """(status, body) of a GET on loopback; None while nothing listens there yet."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return None
+
+
+def dead_letter_config(prefix: str, bootstrap: str, topic: str, table, dlq: str, **extra):
+    """The config of an in-process pipeline into `table` (a path) with schema evolution, errors.tolerance=all and
+    the dead-letter topic `dlq`, 1 s txns; `extra` overrides."""
+    import uuid
+
+    from connector.config import config_from_dict
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
+                "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
+                "target.table.name": table.name, "transaction.interval.ms": "1000",
+                "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000",
+                "schema.evolution": "true", "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq,
+                "errors.deadletterqueue.context.headers.enable": "true"}
+    settings.update({k: str(v) for k, v in extra.items()})
+    return config_from_dict(settings)

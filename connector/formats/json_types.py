@@ -35,6 +35,8 @@ EXACT = 1 << 53
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 DUPLICATE_FIELD = "DuplicateField"
 INVALID_NAME = "InvalidFieldName"
+NO_COLUMNS = "NoColumns"
+NUMBER_OUT_OF_RANGE = "NumberOutOfRange"
 
 _DATE = r"\d{4}-\d{2}-\d{2}"
 _TIME = r"[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?"
@@ -148,6 +150,8 @@ def settle(table: pa.Table, held: pa.Schema | None, rules: Rules) -> tuple[pa.Ta
     named = [(name, _whole(table.column(i))) for i, name in enumerate(table.column_names)]
     fields = _fields(named, list(held) if held is not None else [], "", None, table.num_rows, rules)
     schema = pa.schema([f for f, _ in fields], metadata=held.metadata if held is not None else None)
+    if not fields:  # no field of the batch has a type yet: rows without columns (the _kafka_* ones follow)
+        return table.select([]), schema
     return pa.Table.from_arrays([a for _, a in fields], schema=schema), schema
 
 

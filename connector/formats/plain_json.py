@@ -35,6 +35,7 @@ from connector.formats.problems import (
 )
 from connector.formats.json_types import (
     EXACT,
+    NUMBER_OUT_OF_RANGE,
     Rules,
     as_strings,
     big_ints,
@@ -251,7 +252,10 @@ class JsonRows:
             for j in long_numbers(pa.array(lines, pa.binary()) if array is None else array):
                 for path, value in big_ints(lines[j]):
                     if why := rounded(schema, path, value):
-                        (beyond if abs(value) > _INT64_MAX else rounding)[j] = (TYPE_MISMATCH, why)
+                        if abs(value) > _INT64_MAX:
+                            beyond[j] = (NUMBER_OUT_OF_RANGE, why)
+                        else:
+                            rounding[j] = (TYPE_MISMATCH, why)
                         break
             # integers beyond bigint first: without them the others may read as the bigints they are
             rounding = beyond or rounding

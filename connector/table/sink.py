@@ -715,7 +715,9 @@ class DeltaTableSink:
                                                                  list[tuple[WriteStatus, str]]]:
         """The statuses whose file groups one commit can take, and those it leaves out with why
         (connector/table/agreement.py): in partition order, each group merged into the table's schema (before the
-        table exists, into the groups taken so far) without loss."""
+        table exists, into the groups taken so far) without loss. Only a group that disagrees with an earlier group
+        of the txn is left out: one that disagrees with the table itself would do so again when read again (its
+        worker holds the table's schema), so the commit takes it and fails with the table's own error."""
         from connector.formats.fit import never
         from connector.schema.widening import arrow_widens
         from connector.table.agreement import lossless, merge_group
@@ -740,6 +742,13 @@ class DeltaTableSink:
                 if schema is not None:
                     schema = merge.table_columns(self.upsert, schema) if self.upsert.keyed else schema
                     files.append((schema, exact_ints(f.stats)))
+            if table_schema is not None and files:
+                try:
+                    merge_group(table_schema, None, files, open_, widen, whose)
+                except Mismatch:
+                    # reading it again against the table changes nothing: the commit meets the table's own error
+                    kept.append(s)
+                    continue
             try:
                 held, held_exact = merge_group(held, held_exact, files, open_, widen, whose) if files else \
                     (held, held_exact)

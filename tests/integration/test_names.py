@@ -15,15 +15,12 @@ the table).
 from __future__ import annotations
 
 import json
-import uuid
 
 import deltalake
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import wait_until
-from connector.config import config_from_dict
 from connector.errors import CommitError
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.schema.columns import OFFSET, PARTITION
@@ -32,7 +29,7 @@ from connector.table.sink import DeltaTableSink, txn_tag
 from connector.upsert import UpsertSpec
 from participant.filegroup import FileGroupWriter
 from tests.integration.test_table_features import Sink
-from tests.support import read_topic
+from tests.support import dead_letter_config, drain, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +37,7 @@ DRAIN_S = 150
 
 
 def _config(tmp_path, bootstrap: str, topic: str, table, dlq: str, **extra):
-    name = f"names-{uuid.uuid4().hex[:8]}"
-    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
-                "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
-                "target.table.name": table.name, "transaction.interval.ms": "1000",
-                "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000",
-                "schema.evolution": "true", "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq,
-                "errors.deadletterqueue.context.headers.enable": "true"}
-    settings.update({k: str(v) for k, v in extra.items()})
-    return config_from_dict(settings)
+    return dead_letter_config("names", bootstrap, topic, table, dlq, **extra)
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, dict]], partitions: int = 2
@@ -70,15 +59,7 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, dict]
 
 
 def _drain(sink: Sink, cfg, ends: dict[tuple[str, int], int], what: str) -> None:
-    """Wait until the table's committed offsets reach `ends`: every record is in the table or dead-lettered."""
-    reader = DeltaTableSink(cfg.table_path, cfg.name)
-
-    def done():
-        assert not sink.errors, {role: str(error) for role, error in sink.errors.items()}
-        committed = reader.recover().offsets
-        return all((committed.get(tp) or 0) >= end for tp, end in ends.items())
-
-    wait_until(done, DRAIN_S, what, interval_s=0.5)
+    drain(sink, cfg, ends, what, DRAIN_S)
 
 
 def _metadata(table):

@@ -7,19 +7,16 @@ Each `lakesink run` pays Spark's start-up, so each test combines several checks 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
-from tests.support import PacedProducer, produce_json, read_topic
+from tests.support import PacedProducer, free_port, http_get, produce_json, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -27,20 +24,8 @@ DRAIN_S = 180
 START_S = 120
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> tuple[int, str] | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except OSError:
-        return None  # not listening yet
+_free_port = free_port
+_get = http_get
 
 
 def _scrape(port: int) -> dict[str, float]:

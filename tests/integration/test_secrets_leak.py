@@ -9,7 +9,6 @@ output that forgot to fails the test, and each must show ****** where it stood.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import uuid
@@ -18,30 +17,15 @@ import pytest
 
 from bench.harness import LakesinkProcess, exactly_once, pipeline_config, wait_until
 from connector.secrets import REDACTED
-from tests.support import produce_json, read_topic
+from tests.support import free_port, http_get, produce_json, read_topic
 
 pytestmark = pytest.mark.integration
 
 RECORDS = 200
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> tuple[int, str] | None:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except OSError:
-        return None  # not listening yet
+_free_port = free_port
+_get = http_get
 
 
 def _statuses(config) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:

@@ -27,11 +27,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import wait_until
 from connector.config import config_from_dict
-from connector.table.sink import DeltaTableSink
 from tests.integration.test_table_features import META, Sink
-from tests.support import read_topic
+from tests.support import drain, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -124,15 +122,7 @@ def _ends(coords: list[tuple[int, int]], topic: str) -> dict[tuple[str, int], in
 
 
 def _drain(sink: Sink, cfg, ends: dict[tuple[str, int], int], what: str) -> None:
-    """Wait until the table's committed offsets (what recovery reads) reach `ends`: every record handled."""
-    reader = DeltaTableSink(cfg.table_path, cfg.name)
-
-    def done():
-        assert not sink.errors, {role: str(error) for role, error in sink.errors.items()}
-        committed = reader.recover().offsets
-        return all((committed.get(tp) or 0) >= end for tp, end in ends.items())
-
-    wait_until(done, DRAIN_S, what, interval_s=0.5)
+    drain(sink, cfg, ends, what, DRAIN_S)
 
 
 def _letters(bootstrap: str, dlq: str, count: int) -> dict[int, tuple[dict, bytes]]:

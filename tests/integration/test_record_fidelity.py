@@ -1,0 +1,594 @@
+"""One record can cost at most itself (issue 25): schemaless JSON records a new user would send, end to end on the
+real broker and a real Delta table (a coordinator and a worker in this process, on the session's Spark), with
+errors.tolerance=all, a dead-letter topic and schema.evolution=true, read back with Spark.
+
+For every case: the pipeline reaches the end offsets (neither the worker nor the coordinator stops), and every
+record is either a row whose values read back exactly as the JSON said under the rules of
+connector/formats/json_types.py (ints exact, timestamps to the microsecond and in the right zone), or a dead letter
+with the reason headers, and nothing else (no record twice, no record lost, no row that is no record).
+
+The read-back and the value oracle (`read_rows`, `matches`, `must_fail`) are shared with
+tests/integration/test_inference_property.py.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import deltalake
+import pytest
+from confluent_kafka import Producer
+
+from bench.harness import wait_until
+from connector.table.sink import DeltaTableSink
+from tests.integration.test_table_features import Sink
+from tests.support import dead_letter_config
+
+pytestmark = pytest.mark.integration
+
+DRAIN_S = 120
+UTC = dt.timezone.utc
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+CLASS = "__connect.errors.exception.class.name"
+MESSAGE = "__connect.errors.exception.message"
+PARTITION_H = "__connect.errors.partition"
+OFFSET_H = "__connect.errors.offset"
+EXACT = 1 << 53
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+# --- the oracle: a JSON value and the value a column reads back ------------------------------------------------
+
+_ISO = re.compile(r"^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
+                  r"(Z|[+-]\d{2}(?::?\d{2})?)?$")
+
+
+def iso(text: str) -> tuple[str, Any] | None:
+    """("date", date) / ("local", naive datetime) / ("zoned", UTC datetime) for an ISO-8601 text a time column
+    takes under the rules (at most microseconds), ("fine", None) for one with more fraction digits, None for any
+    other string."""
+    m = _ISO.match(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = m.groups()
+    if hour is None and zone is not None:
+        return None
+    try:
+        if hour is None:
+            return "date", dt.date(int(year), int(month), int(day))
+        if fraction is not None and len(fraction) > 6:
+            return "fine", None
+        micros = int((fraction or "0").ljust(6, "0"))
+        value = dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second or 0), micros)
+    except ValueError:
+        return None
+    if zone is None:
+        return "local", value
+    if zone == "Z":
+        offset = dt.timedelta(0)
+    else:
+        digits = zone[1:].replace(":", "")
+        offset = dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
+        offset = -offset if zone[0] == "-" else offset
+    return "zoned", (value - offset).replace(tzinfo=UTC)
+
+
+def typeless(value: Any) -> bool:
+    """null, {}, [] and objects or arrays of only those: values that give a field no type (stored as null)."""
+    if value is None:
+        return True
+    if type(value) is dict:
+        return all(typeless(v) for v in value.values())
+    if type(value) is list:
+        return all(typeless(v) for v in value)
+    return False
+
+
+def _empty(read: Any) -> bool:
+    """A value read back that holds nothing: null, a struct of such, an array of such."""
+    if read is None:
+        return True
+    if isinstance(read, dict):
+        return all(_empty(v) for v in read.values())
+    if isinstance(read, list):
+        return all(_empty(v) for v in read)
+    return False
+
+
+def must_fail(value: Any) -> str | None:
+    """Why the rules make a record holding `value` a record error whatever the column types, or None: an integer
+    beyond bigint, or two fields that differ only in case both holding values."""
+    if type(value) is int and not INT64[0] <= value <= INT64[1]:
+        return f"the integer {value} is beyond bigint"
+    if type(value) is list:
+        return next((why for v in value if (why := must_fail(v))), None)
+    if type(value) is dict:
+        seen: dict[str, str] = {}
+        for name, item in value.items():
+            if item is None:
+                continue
+            if name.lower() in seen:
+                return f"fields {seen[name.lower()]!r} and {name!r} differ only in case and both hold values"
+            seen[name.lower()] = name
+        return next((why for v in value.values() if (why := must_fail(v))), None)
+    return None
+
+
+def mismatch(value: Any, read: Any, kind: Any, path: str = "") -> str | None:
+    """Why `read` (a value Spark read back from a column of Spark type `kind`) is not exactly the JSON value
+    `value` under the documented rules, or None when it is."""
+    from pyspark.sql import types as T
+
+    where = path or "the row"
+    if typeless(value):
+        return None if _empty(read) else f"{where}: {value!r} carries no type, read back as {read!r}"
+    if read is None:
+        return f"{where}: {value!r} read back as null"
+    if isinstance(kind, T.StructType):
+        if type(value) is not dict or not isinstance(read, dict):
+            return f"{where}: {value!r} read back as the struct {read!r}"
+        groups: dict[str, list[Any]] = {}
+        for name, item in value.items():
+            groups.setdefault(name.lower(), []).append(item)
+        columns = {f.name.lower(): f for f in kind.fields}
+        for lower, items in groups.items():
+            held = [v for v in items if v is not None]
+            if len(held) > 1:
+                return f"{where}: fields differing only in case both hold values, and the record is a row"
+            item = held[0] if held else None
+            f = columns.get(lower)
+            if f is None:
+                if not typeless(item):
+                    return f"{path + '.' if path else ''}{lower}: {item!r} has no column"
+                continue
+            if why := mismatch(item, read.get(f.name), f.dataType, f"{path}.{f.name}" if path else f.name):
+                return why
+        for f in kind.fields:
+            if f.name.lower() not in groups and not _empty(read.get(f.name)):
+                return f"{path + '.' if path else ''}{f.name}: absent from the record, read back as " \
+                       f"{read.get(f.name)!r}"
+        return None
+    if isinstance(kind, T.ArrayType):
+        if type(value) is not list or not isinstance(read, list) or len(value) != len(read):
+            return f"{where}: {value!r} read back as {read!r}"
+        for i, (v, r) in enumerate(zip(value, read)):
+            if why := mismatch(v, r, kind.elementType, f"{where}[{i}]"):
+                return why
+        return None
+    number = type(value) in (int, float)
+    if isinstance(kind, (T.LongType, T.IntegerType, T.ShortType, T.ByteType)):
+        ok = number and type(read) is int and read == value
+    elif isinstance(kind, (T.DoubleType, T.FloatType)):
+        ok = number and type(read) is float and read == value  # Python compares int and float exactly
+    elif isinstance(kind, T.BooleanType):
+        ok = type(value) is bool and read is value
+    elif isinstance(kind, T.StringType):
+        ok = type(value) is str and read == value
+    elif isinstance(kind, (T.TimestampType, T.TimestampNTZType, T.DateType)):
+        parsed = iso(value) if type(value) is str else None
+        if isinstance(kind, T.TimestampType):
+            want = parsed[1] if parsed and parsed[0] == "zoned" else None
+        elif isinstance(kind, T.TimestampNTZType):
+            want = (parsed[1] if parsed and parsed[0] == "local" else
+                    dt.datetime.combine(parsed[1], dt.time()) if parsed and parsed[0] == "date" else None)
+        else:
+            want = parsed[1] if parsed and parsed[0] == "date" else None
+        ok = want is not None and type(read) is type(want) and read == want and \
+            getattr(read, "tzinfo", None) == getattr(want, "tzinfo", None)
+    else:
+        return f"{where}: column type {kind.simpleString()} is not one JSON makes"
+    return None if ok else f"{where}: {value!r} read back as {read!r} ({kind.simpleString()})"
+
+
+# --- reading a table back with Spark ---------------------------------------------------------------------------
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _lit(name: str) -> str:
+    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _has_instant(kind) -> bool:
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.TimestampType):
+        return True
+    if isinstance(kind, T.StructType):
+        return any(_has_instant(f.dataType) for f in kind.fields)
+    return isinstance(kind, T.ArrayType) and _has_instant(kind.elementType)
+
+
+def _micros(expr: str, kind, depth: int = 0) -> str:
+    """`expr` with every TIMESTAMP in it as its unix_micros (free of any time zone), at any depth."""
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.TimestampType):
+        return f"unix_micros({expr})"
+    if not _has_instant(kind):
+        return expr
+    if isinstance(kind, T.StructType):
+        parts = ", ".join(f"{_lit(f.name)}, {_micros(f'{expr}.{_q(f.name)}', f.dataType, depth)}" for f in kind.fields)
+        return f"IF({expr} IS NULL, NULL, named_struct({parts}))"
+    var = f"v{depth}"
+    return f"transform({expr}, {var} -> {_micros(var, kind.elementType, depth + 1)})"
+
+
+def _back(value: Any, kind) -> Any:
+    """A collected value as plain Python: structs as dicts (by position), TIMESTAMPs as UTC datetimes."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(kind, T.TimestampType):
+        return EPOCH + dt.timedelta(microseconds=value)
+    if isinstance(kind, T.StructType):
+        return {f.name: _back(value[i], f.dataType) for i, f in enumerate(kind.fields)}
+    if isinstance(kind, T.ArrayType):
+        return [_back(v, kind.elementType) for v in value]
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return value
+
+
+def read_rows(spark, table) -> tuple[Any, dict[tuple[int, int], dict]]:
+    """The table's Spark schema and its rows by (partition, offset), the _kafka_* columns left out; a record held by
+    more than one row fails."""
+    df = spark.read.format("delta").load(str(table))
+    schema = df.schema
+    exprs = [f"{_micros(_q(f.name), f.dataType)} AS {_q(f.name)}" for f in schema.fields]
+    rows: dict[tuple[int, int], dict] = {}
+    for r in df.selectExpr(*exprs).collect():
+        row = {f.name: _back(r[i], f.dataType) for i, f in enumerate(schema.fields)}
+        coord = (row["_kafka_partition"], row["_kafka_offset"])
+        assert coord not in rows, f"record {coord} is in the table twice: {rows[coord]} and {row}"
+        rows[coord] = {k: v for k, v in row.items() if not k.startswith("_kafka_")}
+    return schema, rows
+
+
+def data_type(schema):
+    """The table's data columns as one struct type (for `mismatch`)."""
+    from pyspark.sql import types as T
+
+    return T.StructType([f for f in schema.fields if not f.name.startswith("_kafka_")])
+
+
+def no_void(schema) -> list[str]:
+    """Columns of a type no value can fill (void / null), at any depth."""
+    text = schema.simpleString()
+    return [m for m in ("void", "null") if re.search(rf"[:<]{m}[,>]", text)]
+
+
+# --- running lakesink on records ------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    sent: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    """(partition, offset) -> the record's value."""
+    rows: dict[tuple[int, int], dict] = field(default_factory=dict)
+    letters: dict[tuple[int, int], dict[str, str]] = field(default_factory=dict)
+    """(partition, offset) -> the dead letter's headers."""
+    schema: Any = None
+    types: dict[str, str] = field(default_factory=dict)
+    repeated: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(partition, offset) -> how many more times than once the record was dead-lettered (at least once into the
+    dead-letter topic when records are read again: docs/configuration.md)."""
+    left_out: int = 0
+    """File groups the coordinator left out of a commit (their records read again)."""
+
+    def value(self, coord: tuple[int, int]) -> Any:
+        return json.loads(self.sent[coord])
+
+    def where(self, **match) -> list[tuple[int, int]]:
+        """The coordinates of the records whose top-level fields have these values."""
+        return [c for c in sorted(self.sent)
+                if all(type(self.value(c)) is dict and self.value(c).get(k) == v for k, v in match.items())]
+
+    def row(self, **match) -> dict:
+        [coord] = self.where(**match)
+        assert coord in self.rows, (f"record {self.sent[coord]!r} is not a row: dead-lettered with "
+                                    f"{self.letters.get(coord)}")
+        return self.rows[coord]
+
+    def letter(self, **match) -> dict[str, str]:
+        [coord] = self.where(**match)
+        assert coord in self.letters, f"record {self.sent[coord]!r} is not dead-lettered: row {self.rows.get(coord)}"
+        return self.letters[coord]
+
+
+def _config(tmp_path, bootstrap: str, topic: str, table, dlq: str, **extra):
+    return dead_letter_config("fid", bootstrap, topic, table, dlq, **extra)
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[int, Any]]) -> dict[tuple[int, int], bytes]:
+    """(partition, value) in order (a value: JSON-able, or bytes as they are); returns (partition, offset) ->
+    value bytes."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    sent: dict[tuple[int, int], bytes] = {}
+    for partition, value in records:
+        data = value if isinstance(value, bytes) else json.dumps(value).encode()
+
+        def delivered(err, msg, data=data):
+            assert err is None, err
+            sent[(msg.partition(), msg.offset())] = data
+
+        producer.produce(topic, value=data, partition=partition, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    assert len(sent) == len(records)
+    return sent
+
+
+def _drain(sink: Sink, cfg, topic: str, sent: dict[tuple[int, int], bytes], what: str) -> None:
+    """Wait until the table's committed offsets pass every record sent: each one handled, the roles alive."""
+    reader = DeltaTableSink(cfg.table_path, cfg.name)
+    ends: dict[int, int] = {}
+    for p, o in sent:
+        ends[p] = max(ends.get(p, 0), o + 1)
+
+    def done():
+        assert not sink.errors, {role: f"{type(e).__name__}: {e}" for role, e in sink.errors.items()}
+        committed = reader.recover().offsets
+        return all((committed.get((topic, p)) or 0) >= end for p, end in ends.items())
+
+    wait_until(done, DRAIN_S, what, interval_s=0.3)
+
+
+def dead_letters(bootstrap: str, dlq: str) -> list:
+    """Every record of the one-partition topic `dlq`, read up to its end (no consumer group to join)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(dlq, 0), timeout=10)
+        got: list = []
+        if high > 0:
+            consumer.assign([TopicPartition(dlq, 0, 0)])
+            deadline = dt.datetime.now() + dt.timedelta(seconds=30)
+            while len(got) < high:
+                assert dt.datetime.now() < deadline, f"read {len(got)} of the {high} records of {dlq}"
+                got.extend(m for m in consumer.consume(500, timeout=0.5) if m.error() is None)
+        return got
+    finally:
+        consumer.close()
+
+
+def run(spark, bootstrap, make_topic, tmp_path, waves: list[list[tuple[int, Any]]], partitions: int = 1,
+        one_record_batches: bool = False, **extra) -> Outcome:
+    """Sink `waves` of (partition, value) records: the first before the roles start, each later one once the one
+    before is committed (so the table exists for it); account for every record: a row or a dead letter, exactly one
+    of them.
+    one_record_batches: the worker reads and converts one record at a time and spills each to a file of its own
+    (flush.size=1), so records of one txn meet only in the file group."""
+    topic, dlq = make_topic(partitions=partitions), make_topic(partitions=1, prefix="dlq")
+    table = tmp_path / "tables" / f"t_{uuid.uuid4().hex[:6]}"
+    if one_record_batches:
+        extra = {"flush.size": 1, "transaction.interval.ms": 2500, **extra}
+    cfg = _config(tmp_path, bootstrap, topic, table, dlq, **extra)
+    out = Outcome()
+    out.sent.update(_produce(bootstrap, topic, waves[0]))  # before the roles start: one txn reads them all
+    with Sink(cfg, spark) as sink:
+        if one_record_batches:
+            sink.worker.batch_size = 1
+        for i, wave in enumerate(waves):
+            if i:
+                out.sent.update(_produce(bootstrap, topic, wave))
+            _drain(sink, cfg, topic, out.sent, f"wave {i + 1} of {len(waves)} committed")
+        assert not sink.errors, sink.errors
+        out.left_out = sink.coordinator.stats.groups_left_out
+
+    out.schema, out.rows = read_rows(spark, table) if (table / "_delta_log").exists() else (None, {})
+    out.types = {} if out.schema is None else {f.name: f.dataType.simpleString() for f in out.schema.fields
+                                               if not f.name.startswith("_kafka_")}
+    # every dead letter of a txn is confirmed before its WRITE-STATUS: once drained, the topic holds them all
+    for m in dead_letters(bootstrap, dlq):
+        headers = {k: v.decode() for k, v in m.headers()}
+        coord = (int(headers[PARTITION_H]), int(headers[OFFSET_H]))
+        assert headers["__connect.errors.topic"] == topic, headers
+        assert m.value() == out.sent.get(coord), f"dead letter {coord} is not the record sent: {m.value()!r}"
+        assert headers.get(CLASS) and headers.get(MESSAGE), f"dead letter {coord} without a reason: {headers}"
+        if coord in out.letters:  # at least once: the same record, for the same reason
+            assert out.letters[coord][CLASS] == headers[CLASS], (out.letters[coord], headers)
+            out.repeated[coord] = out.repeated.get(coord, 0) + 1
+        out.letters[coord] = headers
+    _account(out)
+    return out
+
+
+def _account(out: Outcome) -> None:
+    """Every record a row or a dead letter, never both; every row exactly its record; must-fail records dead."""
+    assert not set(out.rows) - set(out.sent), f"rows that are no record sent: {sorted(set(out.rows) - set(out.sent))}"
+    both = set(out.rows) & set(out.letters)
+    assert not both, f"records both rows and dead letters: {[(out.sent[c], out.letters[c]) for c in both]}"
+    lost = set(out.sent) - set(out.rows) - set(out.letters)
+    assert not lost, f"records neither rows nor dead letters: {[out.sent[c] for c in sorted(lost)]}"
+    kind = data_type(out.schema) if out.schema is not None else None
+    problems = []
+    for coord, row in sorted(out.rows.items()):
+        value = out.value(coord)
+        if why := must_fail(value):
+            problems.append(f"{out.sent[coord]!r} is a row ({row}), but {why}: a record error")
+        elif why := mismatch(value, row, kind):
+            problems.append(f"{out.sent[coord]!r} -> {row}: {why}")
+    assert not problems, "rows that are not their records:\n" + "\n".join(problems)
+    if out.schema is not None:
+        assert not no_void(out.schema), f"columns no value fills: {out.schema.simpleString()}"
+
+
+def _log_types(table) -> dict[str, Any]:
+    t = deltalake.DeltaTable(str(table))
+    return {f["name"]: f["type"] for f in json.loads(t.schema().to_json())["fields"]}
+
+
+# === the issue's table ======================================================================================
+
+def test_empty_objects_are_rows_and_never_stop_the_worker(spark, kafka_bootstrap, make_topic, tmp_path):
+    """`{"id":1,"attrs":{}}` once killed the worker (a struct with no child field to Parquet): it is a row, the
+    empty object null until a value gives `attrs` a type, in a later txn as well."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "attrs": {}}), (0, {"id": 2, "attrs": {}, "meta": {"inner": {}, "list": []}}),
+         (0, {"id": 3, "attrs": {"deep": {"deeper": {}}}})],
+        [(0, {"id": 4, "attrs": {"k": "v"}}), (0, {"id": 5, "attrs": {}}), (0, {"id": 6, "attrs": {"k": None}})],
+    ])
+    assert not out.letters, out.letters
+    assert out.types["id"] == "bigint" and out.types["attrs"] == "struct<k:string>", out.types
+    assert out.row(id=4)["attrs"] == {"k": "v"}
+    assert [out.row(id=i)["id"] for i in range(1, 7)] == list(range(1, 7))
+
+
+def test_records_of_only_typeless_fields_in_a_batch_of_their_own_are_rows(spark, kafka_bootstrap, make_topic,
+                                                                          tmp_path):
+    """A partition whose first records hold nothing typed (`{}`, `{"attrs": {}}`, `{"tags": []}`, `{"n": null}`),
+    each read on its own, then typed ones: every one a row (its fields null), the worker never stops."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(1, {}), (1, {"attrs": {}}), (1, {"tags": []}), (1, {"n": None}), (0, {"id": 1}), (1, {"id": 2})],
+        [(1, {"attrs": {}}), (0, {"tags": []}), (1, {"id": 3, "n": None})],
+    ], partitions=2, one_record_batches=True)
+    assert not out.letters, out.letters
+    assert out.types == {"id": "bigint"}, out.types
+
+
+def test_a_field_name_with_a_space_is_stored_or_dead_lettered_never_stopping_the_coordinator(
+        spark, kafka_bootstrap, make_topic, tmp_path):
+    """`"service name"` once stopped the coordinator for good (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES): under the
+    default field.name.policy a new table gets column mapping and keeps the name; a record error is acceptable too,
+    a stopped pipeline is not."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "service name": "checkout"}), (1, {"id": 2, "service name": "cart", "host": "h2"})],
+        [(0, {"id": 3, "service name": "search", "other name": 7}), (1, {"id": 4, "host": "h4"})],
+    ], partitions=2)
+    assert out.row(id=4)["host"] == "h4"
+    if out.letters:
+        for headers in out.letters.values():
+            assert "name" in headers[MESSAGE], headers
+    else:
+        assert out.row(id=1)["service name"] == "checkout" and out.row(id=3)["other name"] == 7
+
+
+def test_names_differing_only_in_case_are_one_column_and_a_record_with_both_is_a_record_error(
+        spark, kafka_bootstrap, make_topic, tmp_path):
+    """`Name` in some records and `name` in others once stopped the coordinator (DELTA_DUPLICATE_COLUMNS_FOUND):
+    one column (the first spelling), every value in it; a record with values in both is dead-lettered."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "Name": "a"}), (1, {"id": 2, "name": "b"}), (0, {"id": 3, "name": "c", "s": {"X": 1}}),
+         (1, {"id": 4, "Name": "d", "s": {"x": 2}})],
+        [(0, {"id": 5, "NAME": "e"}), (1, {"id": 6, "name": "f", "Name": "g"}),
+         (1, {"id": 7, "name": None, "Name": "h"}),
+         (0, {"id": 8, "s": {"x": 3, "X": 4}})],
+    ], partitions=2)
+    assert [n.lower() for n in out.types] == ["id", "name", "s"], out.types
+    column = next(n for n in out.types if n.lower() == "name")
+    assert {i: out.row(id=i)[column] for i in (1, 2, 3, 4, 5, 7)} == {1: "a", 2: "b", 3: "c", 4: "d", 5: "e", 7: "h"}
+    assert out.letter(id=6)[CLASS] == "DuplicateField" and out.letter(id=8)[CLASS] == "DuplicateField"
+    assert len(out.letters) == 2
+    # both spellings are one column at the commit and in the table: no partition's file group disagrees with it,
+    # so none is left out (which costs its txn: its records read again, its dead letters written again). A START
+    # sent while the commit creating the table is queued carries the schema it gives the table, which has both
+    # `s.X` and `s.x` (test_inference_property.py's pinned test): groups converted under it are left out. When
+    # that START goes out depends on timing, so this catches it only when it happens.
+    assert out.left_out == 0 and not out.repeated, (out.left_out, out.repeated)
+
+
+def test_integers_beyond_2_53_stay_exact_and_one_beyond_bigint_costs_only_itself(spark, kafka_bootstrap,
+                                                                                  make_topic, tmp_path):
+    """ids around 2^53+1 and one record with 2^63+5 once made the whole column double, every id rounded: the column
+    is bigint, every id exact, and only the 2^63+5 record is dead-lettered, before and after the table exists."""
+    big = [EXACT + 1, EXACT + 3, -(EXACT + 5), INT64[1], INT64[0]]
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(i % 2, {"id": v, "n": i}) for i, v in enumerate(big)] + [(0, {"id": 2 ** 63 + 5, "n": 99}),
+                                                                  (1, {"id": 7, "n": 100})],
+        [(0, {"id": EXACT + 7, "n": 5}), (1, {"id": -(2 ** 63) - 1, "n": 98}), (0, {"id": 8, "n": 6, "f": 0.5})],
+    ], partitions=2)
+    assert out.types["id"] == "bigint", out.types
+    assert {out.row(n=i)["id"] for i in (0, 1, 2, 3, 4, 5, 100, 6)} == {*big, EXACT + 7, 7, 8}
+    assert set(out.letters) == set(out.where(n=99) + out.where(n=98)), out.letters
+    assert all(h[CLASS] in ("TypeMismatch", "NumberOutOfRange") for h in out.letters.values()), out.letters
+
+
+def test_an_integer_column_widens_to_double_across_spills_only_while_every_value_is_exact(
+        spark, kafka_bootstrap, make_topic, tmp_path):
+    """`{"x":1}` then, in a later spill of the same txn, `{"x":1.5}`: one double column holding 1.0 and 1.5. A column
+    that already holds an integer beyond 2^53 stays bigint, and the fractional record is a record error."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "x": 1}), (0, {"id": 2, "x": 1.5}), (0, {"id": 3, "x": -3}),
+         (0, {"id": 4, "y": EXACT + 1}), (0, {"id": 5, "y": 2.5}), (0, {"id": 6, "y": 2})],
+    ], one_record_batches=True)
+    assert out.types["x"] == "double" and out.types["y"] == "bigint", out.types
+    assert [out.row(id=i)["x"] for i in (1, 2, 3)] == [1.0, 1.5, -3.0]
+    assert out.row(id=4)["y"] == EXACT + 1 and out.row(id=6)["y"] == 2
+    assert set(out.letters) == set(out.where(id=5)), out.letters
+
+
+def test_timestamps_keep_their_microseconds_across_spills(spark, kafka_bootstrap, make_topic, tmp_path):
+    """`"2024-01-01T10:00:00Z"` then `"...:00.5Z"` (and zone-less ones alike) in later spills: every value to the
+    microsecond."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "at": "2024-01-01T10:00:00Z", "local": "2024-01-01T10:00:00"}),
+         (0, {"id": 2, "at": "2024-01-01T10:00:00.5Z", "local": "2024-01-01T10:00:00.5"}),
+         (0, {"id": 3, "at": "2024-01-01T10:00:00.123456Z", "local": "2024-01-01T10:00:00.000001"}),
+         (0, {"id": 4, "at": "2024-01-01T10:00:00.000001+02:00", "local": "2024-01-01T23:59:59.999999"})],
+        [(0, {"id": 5, "at": "2024-06-30T23:59:59.999999Z", "local": "2024-06-30T00:00:00.25"})],
+    ], one_record_batches=True)
+    assert out.types["at"] == "timestamp" and out.types["local"] == "timestamp_ntz", out.types
+    assert not out.letters, out.letters
+    assert out.row(id=2)["at"] == dt.datetime(2024, 1, 1, 10, 0, 0, 500000, tzinfo=UTC)
+    assert out.row(id=4)["at"] == dt.datetime(2024, 1, 1, 8, 0, 0, 1, tzinfo=UTC)
+    assert out.row(id=3)["local"] == dt.datetime(2024, 1, 1, 10, 0, 0, 1)
+
+
+def test_arrays_only_ever_empty_make_no_void_column(spark, kafka_bootstrap, make_topic, tmp_path):
+    """Only `"tags": []` so far: no array<void> column (Delta and Parquet cannot hold one); the first typed tags add
+    the column."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "tags": []}), (1, {"id": 2, "tags": [], "nested": {"more": [[]]}}),
+         (0, {"id": 3, "tags": None})],
+        [(0, {"id": 4, "tags": ["a", "b"]}), (1, {"id": 5, "tags": []}), (0, {"id": 6, "tags": [[]]})],
+    ], partitions=2)
+    assert out.types["tags"] == "array<string>", out.types
+    assert out.row(id=4)["tags"] == ["a", "b"] and out.row(id=5)["tags"] in ([], None)
+    assert set(out.letters) <= set(out.where(id=6)), out.letters
+
+
+def test_two_partitions_inferring_different_types_for_a_new_column_do_not_stop_the_coordinator(
+        spark, kafka_bootstrap, make_topic, tmp_path):
+    """`"zip": 2134` in one partition, `"zip": "02134"` in the other, in the txn that creates the table: the first
+    partition's records are rows, the other's are read again against the table (rows or record errors); never a
+    stopped coordinator, never a zip stored as another type. The other partition's `"zip": 2135`, a record error
+    while that partition took zip for a string, fits the table: a row, and no dead letter says otherwise."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "zip": 2134}), (1, {"id": 2, "zip": "02134"}), (0, {"id": 3, "zip": 10001}),
+         (1, {"id": 9, "zip": 2135}), (1, {"id": 4, "zip": "10001-0001", "city": "NYC"}),
+         (1, {"id": 5, "city": "Boston"})],
+        [(0, {"id": 6, "zip": "94103"}), (1, {"id": 7, "zip": 94103})],
+    ], partitions=2)
+    assert out.row(id=5)["city"] == "Boston" and out.row(id=7)["zip"] == 94103 and out.row(id=9)["zip"] == 2135
+    assert out.types["zip"] == "bigint", out.types
+    assert set(out.letters) == set(out.where(id=2) + out.where(id=4) + out.where(id=6)), out.letters
+
+
+def test_zoned_times_are_timestamps_zone_less_ones_timestamp_ntz_and_a_zoned_value_never_shifts_into_ntz(
+        spark, kafka_bootstrap, make_topic, tmp_path):
+    """A zoned ISO time makes a timestamp column (the instant), a zone-less one a timestamp_ntz column (the wall
+    clock); once the table exists a zoned value for the timestamp_ntz column, or a zone-less one for the timestamp
+    column, is a record error, never a shifted value; dates go into either kind of column only as the rules say."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [
+        [(0, {"id": 1, "at": "2024-03-10T02:30:00+05:30", "wall": "2024-03-10T02:30:00"}),
+         (0, {"id": 2, "at": "2024-03-10T02:30:00-08:00", "wall": "2024-03-10 23:00:00.75"})],
+        [(0, {"id": 3, "at": "2024-03-10T02:30:00Z", "wall": "2024-03-10T02:30:00+01:00"}),
+         (0, {"id": 4, "at": "2024-03-10T02:30:00", "wall": "2024-03-10T04:00:00"}),
+         (0, {"id": 5, "wall": "2024-03-11"}),
+         (0, {"id": 6, "at": "2024-03-11"}),
+         (0, {"id": 7, "at": "2024-03-10T02:30:00.1234567Z"})],
+    ])
+    assert out.types["at"] == "timestamp" and out.types["wall"] == "timestamp_ntz", out.types
+    assert out.row(id=1)["at"] == dt.datetime(2024, 3, 9, 21, 0, tzinfo=UTC)
+    assert out.row(id=2)["at"] == dt.datetime(2024, 3, 10, 10, 30, tzinfo=UTC)
+    assert out.row(id=2)["wall"] == dt.datetime(2024, 3, 10, 23, 0, 0, 750000)
+    assert out.row(id=5)["wall"] == dt.datetime(2024, 3, 11)
+    assert set(out.letters) == set(out.where(id=3) + out.where(id=4) + out.where(id=6) + out.where(id=7)), out.letters
+    assert all(h[CLASS] == "TypeMismatch" for h in out.letters.values()), out.letters
