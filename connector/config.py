@@ -10,6 +10,7 @@ import difflib
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,14 @@ from connector.secrets import REDACTED, Scrubber
 
 OffsetReset = Literal["earliest", "latest"]
 OffsetResetPolicy = Literal["fail", "earliest", "latest"]
+RestorePolicy = Literal["fail", "reread"]
+RenamePolicy = Literal["fail", "ignore"]
 Codec = Literal["snappy", "zstd", "gzip", "lz4", "none"]
 Converter = Literal["json", "string", "bytes"]
 Tolerance = Literal["none", "all"]
-WriteMode = Literal["append", "upsert", "dedup"]
+WriteMode = Literal["append", "upsert", "dedup", "changelog"]
 DeleteMode = Literal["hard", "soft"]
+MissingFields = Literal["keep", "null"]
 Envelope = Literal["none", "debezium"]
 NamePolicy = Literal["column_mapping", "sanitize", "error"]
 LogFormat = Literal["text", "json"]
@@ -234,8 +238,12 @@ class LakesinkConfig(BaseModel):
         OffsetReset,
         Key(
             _choice(get_args(OffsetReset)),
-            "Where a partition with no committed offset in the table starts. A committed offset that the partition "
-            "no longer holds is `offset.reset.policy`'s to decide, never this key's.",
+            "Where a partition with no committed offset in the table starts, at its topic's first start only: "
+            "`latest` is the end the coordinator lists at that first START, kept (and committed with the next "
+            "commit) so that a discarded or failed txn never moves it. Partitions added to a topic after its first "
+            "start begin at their earliest offset whatever this key says (as Spark Structured Streaming and Kafka "
+            "Connect do). A committed offset that the partition no longer holds is `offset.reset.policy`'s to "
+            "decide, never this key's.",
         ),
     ] = "earliest"
     offset_reset_policy: Annotated[
@@ -243,9 +251,33 @@ class LakesinkConfig(BaseModel):
         Key(
             _choice(get_args(OffsetResetPolicy)),
             "What the coordinator does, before each START, with a committed offset below its partition's log start "
-            "(records deleted by retention) or above its end (topic deleted and recreated): `fail` stops with an "
-            "error naming them; `earliest` / `latest` knowingly skip to the log start / end, logged at WARNING and "
-            "counted in the metrics and the PROGRESS record of the commit that makes the skip.",
+            "(records deleted by retention) or above its end, or of a topic deleted and created again (its Kafka "
+            "topic id, recorded with the offsets, differs, even when the new topic holds that offset): `fail` stops "
+            "with a one-line error naming the partitions (for a recreated topic: the topic and both ids); `earliest` "
+            "/ `latest` knowingly skip to the log start / end (a recreated topic is read from its start / end), "
+            "logged at WARNING and counted in the metrics and the PROGRESS record of the commit that makes the skip.",
+        ),
+    ] = "fail"
+    restore_policy: Annotated[
+        RestorePolicy,
+        Key(
+            _choice(get_args(RestorePolicy)),
+            "What the coordinator does when the table was RESTOREd to a version before this connector's last commit "
+            "(Delta keeps the committed offsets through a RESTORE, so resuming would never bring the rows it took "
+            "away back): `fail` stops with a one-line error saying so; `reread` reads again from the offsets of the "
+            "connector's last commit the restored version holds (from its manifest under `_lakesink/<name>/`; none: "
+            "as a new connector), once, logged at WARNING.",
+        ),
+    ] = "fail"
+    rename_policy: Annotated[
+        RenamePolicy,
+        Key(
+            _choice(get_args(RenamePolicy)),
+            "What the coordinator does when this connector has no committed offsets in a table that holds another "
+            "connector's offsets of the same topics (`_lakesink/<other name>/`) or rows of them (`_kafka_topic`), as "
+            "after a rename of `name`, which would read the topics again: `fail` stops with a one-line error naming "
+            "the other connector(s); `ignore` reads them into the table again knowingly, logged at WARNING. "
+            "Connectors of other topics may share a table either way.",
         ),
     ] = "fail"
 
@@ -296,7 +328,10 @@ class LakesinkConfig(BaseModel):
         ),
     ] = 1000
     shutdown_timeout_ms: Annotated[
-        int, Key(POSITIVE, "How long a graceful stop (SIGTERM) may spend draining and committing.")
+        int, Key(POSITIVE, "How long a graceful stop may take. On SIGTERM (or SIGINT) `lakesink run` and `lakesink "
+                           "coordinator` end the transaction in flight at once, commit it and exit; past this bound "
+                           "they exit without it (nothing is lost: its records are read again at the next start). A "
+                           "second SIGTERM exits at once. `lakesink worker` stops at once.")
     ] = 30000
 
     target_base_path: Annotated[
@@ -306,7 +341,6 @@ class LakesinkConfig(BaseModel):
     target_table_name: Annotated[
         str, Key(IDENTIFIER, "Delta table name; the table lives at `<target.base.path>/<target.table.name>`.")
     ]
-    target_database_name: Annotated[str, Key(IDENTIFIER, "Database (schema) the table belongs to.")] = "default"
     partition_field_name: Annotated[
         tuple[str, ...],
         Key(FIELDS, "Comma-separated columns the table is partitioned by; empty for an unpartitioned table."),
@@ -426,13 +460,17 @@ class LakesinkConfig(BaseModel):
             _choice(get_args(WriteMode)),
             "`append`: every record becomes a row; `upsert`: rows are matched on `record.key.fields` (a Delta MERGE "
             "per transaction), matched rows updated, new keys inserted; `dedup`: only rows whose key is not in the "
-            "table yet are inserted.",
+            "table yet are inserted; `changelog`: every change is a row, deletes and truncates included, with its "
+            "op in `_cdc_op` (Debezium's `c`/`u`/`r`/`d`/`t`; a plain value `u`, a tombstone `d` with its key's "
+            "columns) and, for Debezium events, the `_cdc_*` source position: an audit or history table.",
         ),
     ] = "append"
     record_key_fields: Annotated[
         tuple[str, ...],
-        Key(FIELDS, "Comma-separated value fields that identify a row in `upsert` and `dedup` mode; empty: the "
-                    "fields of the Kafka key, which must then be a JSON object."),
+        Key(FIELDS, "Comma-separated value fields that identify a row in `upsert` and `dedup` mode (and a "
+                    "tombstone's row in `changelog` mode); a field the value lacks comes from the Kafka key: its "
+                    "field of that name, or the whole key when it is a primitive and this names one field. Empty: "
+                    "the fields of the Kafka key, which must then be a JSON object."),
     ] = ()
     delete_enabled: Annotated[
         bool,
@@ -454,15 +492,40 @@ class LakesinkConfig(BaseModel):
     upsert_order_field: Annotated[
         str | None,
         Key(OPTIONAL_TEXT, "Which of several changes to one key wins, and whether a change may overwrite the row in "
-                           "the table: empty: Kafka offset order; a value field; with `value.envelope=debezium` "
-                           "also `ts_ms`, `source.ts_ms` or `source.lsn`. A change ordered before the table's row "
-                           "never overwrites it."),
+                           "the table: a value field (a dotted name reaches into a struct: `meta.version`), whose "
+                           "value every change but a delete must carry; with `value.envelope=debezium` also "
+                           "`ts_ms`, `source.ts_ms` or `source.lsn`. Empty: Debezium events by their source "
+                           "position (chosen by `source.connector`), other records by Kafka order (offsets within "
+                           "a partition, record timestamps between partitions). A change ordered before the "
+                           "table's row never overwrites it (docs/ARCHITECTURE.md, \"The keyed-write rules\")."),
     ] = None
+    delete_truncate_enabled: Annotated[
+        bool,
+        Key(BOOL, "In `upsert` mode, a Debezium truncate (`op=t`) deletes every row of the table whose change it "
+                  "follows (by source position) in the same commit; when false it is a record error "
+                  "(`UnsupportedOperation`). `changelog` mode always keeps it as a row."),
+    ] = False
+    upsert_missing_fields: Annotated[
+        MissingFields,
+        Key(_choice(get_args(MissingFields)), "In `upsert` mode, what an update does with a column its record does "
+                                              "not carry: `keep` the stored value (a missing field never erases "
+                                              "data; records with a schema carry every field), or set it `null` "
+                                              "(the record is the whole row). An explicit null always sets null; "
+                                              "Debezium's unavailable-value placeholder always keeps the stored "
+                                              "value."),
+    ] = "keep"
 
     metrics_port: Annotated[int, Key(PORT, "Port of the HTTP server for `/metrics` and `/health`; 0 disables it.")] = 0
     metrics_host: Annotated[
         str, Key(TEXT, "Address the `/metrics` and `/health` server binds to; `0.0.0.0` to be scraped from outside.")
     ] = "127.0.0.1"
+    health_deadletter_transactions: Annotated[
+        int,
+        Key(NON_NEGATIVE, "Committed transactions in a row that had records and dead-lettered every one of them (a "
+                          "frozen table: a source DDL with `schema.evolution=false`, say) before the coordinator's "
+                          "`/health` answers `degraded` (503); a transaction with a row in the table ends the streak, "
+                          "one without records neither ends nor extends it; 0: never."),
+    ] = 3
     log_format: Annotated[
         LogFormat, Key(_choice(get_args(LogFormat)), "`text` for people, `json` for log shippers.")
     ] = "text"
@@ -479,6 +542,10 @@ class LakesinkConfig(BaseModel):
     _env_secrets: tuple[str, ...] = PrivateAttr(default=())
     """What `${env:VAR}` substitution put into a secret key, or read from a variable with a secret name
     (`${env:KAFKA_PASSWORD}` inside any key): set by config_from_dict, part of secrets()."""
+    _set_keys: frozenset[str] = PrivateAttr(default=frozenset())
+    """The keys the file sets (config_from_dict), for warnings() about keys set where they have no effect."""
+    _removed: tuple[str, ...] = PrivateAttr(default=())
+    """Warnings about removed keys the file still sets (REMOVED_KEYS)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -498,6 +565,24 @@ class LakesinkConfig(BaseModel):
     def table_path(self) -> str:
         """Where the Delta table lives: the base path joined with the table name."""
         return f"{self.target_base_path.rstrip('/')}/{self.target_table_name}"
+
+    def __eq__(self, other: object) -> bool:
+        """The same settings (and secrets): which keys a file spelled out, at their defaults or not, is no part of
+        a configuration's value."""
+        if not isinstance(other, LakesinkConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__ and self._env_secrets == other._env_secrets
+
+    def warnings(self) -> list[str]:
+        """One line per key the file sets that has no effect: a removed key, or a key whose setting does not apply
+        with the others (NOT_APPLYING). Logged at start-up and printed by `lakesink validate`; never an error."""
+        values = vars(self)
+        found = list(self._removed)
+        for key, why in NOT_APPLYING:
+            reason = why(values) if key in self._set_keys else None
+            if reason:
+                found.append(f"{key} has no effect: {reason}")
+        return found
 
     def describe(self) -> dict[str, str]:
         """Every key and its value as .properties text, secrets that are set shown as ******: for logs and status
@@ -621,6 +706,9 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
     mode = values.get("write_mode", "append")
     if values.get("delete_enabled") and mode != "upsert":
         problems.append(f"delete.enabled=true needs write.mode=upsert (write.mode is {mode})")
+    if values.get("delete_truncate_enabled") and (mode != "upsert" or values.get("value_envelope") != "debezium"):
+        problems.append("delete.truncate.enabled=true needs write.mode=upsert and value.envelope=debezium (truncates "
+                        "are Debezium events; write.mode=changelog keeps them as rows)")
     if values.get("value_envelope") == "debezium" and values.get("value_converter", "json") != "json":
         problems.append("value.envelope=debezium needs value.converter=json")
     if values.get("value_converter_schemas_enable") and values.get("value_converter", "json") != "json":
@@ -639,6 +727,43 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
     return problems
+
+
+REMOVED_KEYS = {
+    "target.database.name": "lakesink writes the table by its location (target.base.path/"
+                            "target.table.name) and registers it in no catalog (its Spark session's catalog is in "
+                            "memory and forgets a table when the process stops); delete the key, and register the "
+                            "table in your own catalog (CREATE TABLE <db>.<name> USING DELTA LOCATION '<location>') "
+                            "if you need a name for it",
+}
+"""Keys lakesink once declared: a file that still sets one gets a warning saying why, not an unknown-key error."""
+
+
+def _s3_key_unused(values: Mapping[str, Any]) -> str | None:
+    path = str(values.get("target_base_path", ""))
+    if urllib.parse.urlparse(path).scheme in ("s3", "s3a"):
+        return None
+    return "target.base.path is not an S3 location (s3:// or s3a://), and only the table is stored there"
+
+
+NOT_APPLYING: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] = (
+    ("record.key.fields", lambda v: "write.mode=append appends every record as a row and matches no key"
+     if v.get("write_mode") == "append" else None),
+    ("upsert.order.field", lambda v: {
+        "append": "write.mode=append appends every record as a row and never orders changes of a key",
+        "dedup": "write.mode=dedup keeps the first change of a key in Kafka order and never updates a row",
+    }.get(v.get("write_mode"))),
+    ("upsert.missing.fields", lambda v: f"only an update of write.mode=upsert can lack a field (write.mode is "
+                                        f"{v.get('write_mode')})" if v.get("write_mode") != "upsert" else None),
+    ("delete.mode", lambda v: None if v.get("delete_enabled") else
+     "delete.enabled is false, so no record deletes a row"),
+    ("metrics.host", lambda v: "metrics.port=0 turns the /metrics and /health server off"
+     if v.get("metrics_port") == 0 else None),
+    *((key, _s3_key_unused) for key in ("s3.endpoint", "s3.region", "s3.path.style.access.enabled",
+                                        "aws.access.key.id", "aws.secret.access.key")),
+)
+"""Keys that do nothing with some values of others: (key, reason(values) or None). LakesinkConfig.warnings() names
+each one a file sets where its reason applies."""
 
 
 def _unknown_key(key: str) -> str:
@@ -680,7 +805,11 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
     problems: list[str] = []
     env_secrets: list[str] = []
     secrets: list[str] = []  # every secret text read, kept out of the problems reported
+    removed: list[str] = []
     for key, raw in d.items():
+        if key in REMOVED_KEYS:
+            removed.append(f"{key} was removed and is ignored: {REMOVED_KEYS[key]}")
+            continue
         setting = SETTINGS_BY_NAME.get(key)
         prefix = next((p for p in PASS_THROUGH if key.startswith(p)), None)
         if setting is None and prefix is None:
@@ -714,6 +843,8 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
         raise ConfigError([scrubber.text(problem) for problem in problems])
     config = LakesinkConfig.model_validate(values)
     config._env_secrets = tuple(dict.fromkeys(env_secrets))
+    config._set_keys = frozenset(key for key in d if key in SETTINGS_BY_NAME)
+    config._removed = tuple(removed)
     return config
 
 
@@ -786,6 +917,10 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
   `lakesink status`, `/metrics`, `/health`, error messages and control-topic messages. A value shorter than 3
   characters is masked only where its key is shown (start-up warns about it).
 - Booleans are `true` or `false`; durations are integers in milliseconds (`*.ms`).
+- **Keys that have no effect**: a key set where the others make it do nothing (`record.key.fields` or
+  `upsert.order.field` with `write.mode=append`, `delete.mode` without `delete.enabled=true`, `metrics.host` with
+  `metrics.port=0`, `s3.*` / `aws.*` for a local table) and a removed key (`target.database.name`) get one warning
+  line each, at start-up and in `lakesink validate`'s output; they are not errors.
 
 ## Schema drift (`value.converter=json`)
 

@@ -56,5 +56,21 @@ class ProtocolError(LakesinkError):
     """A control-topic message or the control topic itself is not what the protocol expects."""
 
 
+class NameConflictError(LakesinkError):
+    """Another connector of the same name, writing another table or from other topics, uses the same control
+    topic: the two would take each other's messages as their own. Give each connector its own name."""
+
+
 class OffsetOutOfRangeError(LakesinkError):
     """A committed offset is outside what its partition holds now, and offset.reset.policy=fail."""
+
+
+class TopicRecreatedError(OffsetOutOfRangeError):
+    """A source topic was deleted and created again (another Kafka topic id) since its offsets were committed, and
+    offset.reset.policy=fail."""
+
+
+class TableHistoryError(LakesinkError):
+    """What the table's history says makes resuming from its committed offsets wrong: it was RESTOREd to a version
+    before this connector's last commit (restore.policy=fail), or it holds another connector's rows of the same topics
+    while this connector has no state in it (rename.policy=fail)."""

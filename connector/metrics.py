@@ -73,6 +73,12 @@ class Metrics:
                                        "that is longer than transaction.interval.ms; 0 otherwise.", registry=r)
         self.write_status_missing = Gauge("txn_write_status_missing_partitions",
                                           "Partitions whose write status that waiting txn still needs.", registry=r)
+        self.txn_dead_lettered_only = Counter("txn_dead_lettered_only",
+                                              "Committed transactions that had records and dead-lettered every one "
+                                              "of them (none reached the table).", registry=r)
+        self.txn_dead_lettered_only_streak = Gauge("txn_dead_lettered_only_streak",
+                                                   "Such transactions in a row up to the last commit; 0 once a "
+                                                   "transaction brings a row to the table.", registry=r)
         # both
         self.control_ignored = Counter("control_messages_ignored",
                                        "Control messages ignored, by the role that ignored them and why.",
@@ -83,6 +89,7 @@ class Metrics:
         self._lag_keys: set[tuple[str, str]] = set()
         self._lag_read_at = float("-inf")
         self._waiting: dict[str, Any] | None = None
+        self.dead_letters = DeadLetterStreak()
 
     # --- exposition ----------------------------------------------------------------------------------------
 
@@ -120,6 +127,15 @@ class Metrics:
     def waiting(self) -> dict[str, Any] | None:
         return self._waiting
 
+    def observe_txn(self, rows: int, dead_lettered: int, epoch: int, txn: int) -> bool | None:
+        """A committed txn's rows in the table and records dead-lettered (DeadLetterStreak.observe)."""
+        with self._lock:
+            extended = self.dead_letters.observe(rows, dead_lettered, epoch, txn)
+            if extended:
+                self.txn_dead_lettered_only.inc()
+            self.txn_dead_lettered_only_streak.set(self.dead_letters.transactions)
+        return extended
+
     # --- helpers for the roles -----------------------------------------------------------------------------
 
     def count_ignored(self, role: str, before: Mapping[str, int], after: Mapping[str, int],
@@ -151,6 +167,36 @@ class Metrics:
             for (t, p), value in lags.items():
                 self.lag.labels(topic=t, partition=str(p)).set(value)
             self.lag_max.set(max(lags.values(), default=0))
+
+
+class DeadLetterStreak:
+    """Committed transactions in a row that had records and dead-lettered every one of them: a frozen table looks
+    like this (a source DDL with schema.evolution=false makes every later record a dead letter). A txn that brings
+    a row to the table ends the streak; a txn without records neither ends nor extends it. The coordinator feeds it
+    each commit (its /health turns `degraded` at health.deadletter.transactions), `lakesink status` the PROGRESS
+    records (`rows`, `records_dead_lettered`)."""
+
+    def __init__(self) -> None:
+        self.transactions = 0
+        self.records = 0
+        self.since: tuple[int, int] | None = None  # (epoch, txn) of the streak's first txn
+
+    def observe(self, rows: int, dead_lettered: int, epoch: int | None = None, txn: int | None = None) -> bool | None:
+        """True: the txn extends the streak; False: a row reached the table, the streak is over; None: no records."""
+        if rows > 0:
+            self.transactions, self.records, self.since = 0, 0, None
+            return False
+        if dead_lettered <= 0:
+            return None
+        if self.transactions == 0:
+            self.since = (epoch or 0, txn or 0)
+        self.transactions += 1
+        self.records += dead_lettered
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        epoch, txn = self.since or (None, None)
+        return {"transactions": self.transactions, "records": self.records, "since_epoch": epoch, "since_txn": txn}
 
 
 class _PlainTotal(Collector):

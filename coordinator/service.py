@@ -15,10 +15,17 @@ from confluent_kafka.admin import AdminClient
 
 from connector import logs
 from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
-from connector.protocol.channel import ControlChannel
+from connector.protocol.channel import ControlChannel, identity
 from connector.clock import Clock, Deadline, SystemClock
 from connector.config import LakesinkConfig
-from connector.errors import CommitAbandonedError, CommitError, ConstraintViolationError, FencedError, LakesinkError
+from connector.errors import (
+    CommitAbandonedError,
+    CommitError,
+    ConstraintViolationError,
+    FencedError,
+    LakesinkError,
+    TableHistoryError,
+)
 from connector.faults import fault_point
 from connector.loop import run_until_stopped
 from connector.protocol.messages import (
@@ -36,11 +43,23 @@ from connector.retry import Retries
 from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
 from connector.storage.store import Store
+from connector.table.features import UnsupportedTableError
+from connector.table.preflight import config_refusal
 from connector.table.sink import CommitResult, DeltaTableSink
 from connector.upsert import UpsertSpec
 from connector.table.sweep import sweep
-from connector.kafka.watermarks import lag, list_offsets
-from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, OffsetReset, Send, offset_resets
+from connector.kafka.watermarks import lag, list_offsets, topic_ids
+from connector.table import history
+from coordinator.state import (
+    IGNORE_REASONS,
+    Commit,
+    CoordinatorState,
+    Effect,
+    OffsetCheck,
+    Send,
+    TopicIds,
+    offset_resets,
+)
 from connector.schema.algebra import schema_to_text
 
 log = logging.getLogger(__name__)
@@ -65,6 +84,10 @@ class CoordinatorStats:
     commit_failures: int = 0
     groups_left_out: int = 0  # file groups a commit left out (they disagreed with the table): read again
     claims: int = 0
+
+
+class _StoppedBeforeSpark(LakesinkError):
+    """A graceful stop ran out of time while its last commit waited for the Spark session to start."""
 
 
 LEFT_OUT_LIMIT = 3
@@ -101,6 +124,15 @@ class CoordinatorService:
         self._retries = Retries(self.clock, cfg.write_retry_timeout_ms, cfg.retry_backoff_ms)
         self._left_out: dict[tuple[str, int], int] = {}  # commits in a row that left out a partition's group
         self._retry_at: Deadline | None = None  # when a failed commit's txn is discarded and a new one starts
+        # (Delta version, txn version, offsets) of this coordinator's last commit (its claim first): a RESTORE after it
+        # stops the next commit (_check_not_restored)
+        self._last_committed: tuple[int, int, Offsets] | None = None
+        # a graceful stop request (set by the process wiring, connector/app/service.py): the txn in flight ENDs at
+        # once, is committed, and no txn starts after it (`_drained`); Roles bounds it by shutdown.timeout.ms
+        self.drain: threading.Event | None = None
+        self._stop: threading.Event | None = None
+        self._draining = False
+        self._drained = False
 
     def _default_spark(self):
         from connector.spark import get_spark
@@ -122,22 +154,35 @@ class CoordinatorService:
             out.extend((topic, p) for p in sorted(tmd.partitions))
         return out
 
-    def check_offsets(self, offsets: Offsets) -> list[OffsetReset]:
-        """Before every START: the partitions whose offset Kafka no longer holds, moved as offset.reset.policy
-        says (or OffsetOutOfRangeError with `fail`). The end is what a worker's consumer reads up to (its
-        isolation.level)."""
+    def check_offsets(self, offsets: Offsets, recorded_ids: TopicIds | None = None) -> OffsetCheck:
+        """Before every START: the partitions whose offset Kafka no longer holds (below the log start, above the
+        end, or of a topic whose id is not `recorded_ids`' one: deleted and created again), moved as
+        offset.reset.policy says (or OffsetOutOfRangeError with `fail`), and the topic ids now. The end is what a
+        worker's consumer reads up to (its isolation.level)."""
+        ids = topic_ids(self._admin, {t for t, _ in offsets})
         known = {tp: o for tp, o in offsets.items() if o is not None}
         if not known:
-            return []
-        committed_only = self.cfg.consumer_overrides.get("isolation.level", "read_committed") == "read_committed"
+            return OffsetCheck((), ids)
         low = list_offsets(self._admin, known, earliest=True)
-        high = list_offsets(self._admin, known, read_committed=committed_only)
-        resets = offset_resets(known, low, high, self.cfg.offset_reset_policy)
+        high = list_offsets(self._admin, known, read_committed=self._read_committed)
+        resets = offset_resets(known, low, high, self.cfg.offset_reset_policy, recorded_ids or {}, ids)
         for reset in resets:
             if (reset.topic_partition, reset.committed) not in self._resets_warned:
                 log.warning("offset.reset.policy=%s: skipping %s", self.cfg.offset_reset_policy, reset.describe())
         self._resets_warned = {(reset.topic_partition, reset.committed) for reset in resets}
-        return resets
+        return OffsetCheck(tuple(resets), ids)
+
+    @property
+    def _read_committed(self) -> bool:
+        return self.cfg.consumer_overrides.get("isolation.level", "read_committed") == "read_committed"
+
+    def ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """kafka.auto.offset.reset=latest: where partitions starting with their topic for the first time start."""
+        out = list_offsets(self._admin, partitions, read_committed=self._read_committed)
+        if out:
+            log.info("kafka.auto.offset.reset=latest: %s start at their end (their topic's first start)",
+                     ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(out.items())))
+        return out
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -148,7 +193,8 @@ class CoordinatorService:
         check_store(self.store, cfg.name)
         self._warm_up_spark()
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, "coordinator",
-                                       dict(cfg.producer_overrides), dict(cfg.consumer_overrides)).open()
+                                       dict(cfg.producer_overrides), dict(cfg.consumer_overrides),
+                                       identity=identity(self.store.root.delta_uri, cfg.kafka_topic_names)).open()
         self._execute(self._begin())
         return self
 
@@ -166,8 +212,10 @@ class CoordinatorService:
         self._spark_thread.start()
 
     def _spark_session(self):
-        if self._spark_thread is not None:
-            self._spark_thread.join()
+        while self._spark_thread is not None and self._spark_thread.is_alive():
+            if self._draining and self._stop is not None and self._stop.is_set():
+                raise _StoppedBeforeSpark("the shutdown bound ran out before the Spark session started")
+            self._spark_thread.join(0.2)
         if self._spark_error is not None:
             raise self._spark_error
         if self._spark is None:  # asking Spark's builder again at every commit logs a warning each time
@@ -176,14 +224,19 @@ class CoordinatorService:
 
     def _begin(self) -> list[Effect]:
         profile = self.sink.check_supported()
+        if profile is not None:
+            refused = config_refusal(self.cfg, self.sink.arrow_schema(), profile.partition_columns)
+            if refused:  # what the first commit would refuse for good, refused before the claim writes anything
+                raise UnsupportedTableError(refused)
         if profile is not None and not profile.fast_path:
             log.info("%s is written through Delta's writer (%s)", self.cfg.table_path,
                      "; ".join(profile.slow_path_reasons()))
-        recovered = self.sink.recover()
+        recovered = self._recover()
         # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
-        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in self.cfg.kafka_topic_names})
+        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in self.cfg.kafka_topic_names},
+                           recovered.topic_ids)
         try:
-            epoch = self.sink.claim_epoch(recovered)
+            epoch = self.sink.claim_epoch(recovered, recover=self._recover)
         except CommitError as exc:
             raise self._abandon(recovered.epoch + 1, 0, "the epoch claim (txn 0)", exc,
                                 permanent=classify(exc) is Failure.PERMANENT, retried=False) from exc
@@ -191,16 +244,55 @@ class CoordinatorService:
             recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
         self.stats.claims += 1
         self._last_commit_at = time.monotonic()
+        if recovered.table_version is not None and recovered.version is not None:
+            self._last_committed = (recovered.table_version, recovered.version, dict(recovered.offsets))
         self._table_known = recovered.table_version is not None
         log.info("coordinator of %s: epoch %d, committed offsets %s", self.cfg.name, epoch, _fmt(recovered.offsets))
         self._sweep()
         self.state = CoordinatorState(self.cfg.name, self.clock, self.cfg.transaction_interval_ms,
                                       self.cfg.coordinator_writestatus_timeout_ms, self.partitions,
-                                      self.check_offsets)
-        return self.state.begin(epoch, recovered.offsets)
+                                      self.check_offsets,
+                                      self.ends if self.cfg.kafka_auto_offset_reset == "latest" else None)
+        return self.state.begin(epoch, recovered.offsets, topic_ids=recovered.topic_ids)
+
+    def _recover(self):
+        """The committed offsets, after the table's history is checked (connector/table/history.py): a connector
+        with no offsets in a table holding another's of its topics (rename.policy), a RESTORE that took rows of its
+        commits away (restore.policy: stop, or the offsets to read again from, which the claim then commits). Before
+        the claim, which would hide both."""
+        recovered = self.sink.recover()
+        history.check_rename(self.sink, recovered, self.cfg.kafka_topic_names, self.cfg.rename_policy,
+                             self.cfg.kafka_auto_offset_reset)
+        return history.check_restore(self.sink, recovered, self.cfg.restore_policy)
 
     def run(self, stop: threading.Event) -> None:
-        run_until_stopped(self, stop)
+        if self.drain is None:
+            run_until_stopped(self, stop)
+            return
+        self._stop = stop
+        self.open()
+        try:
+            while not stop.is_set() and not self._drained:
+                if self.drain.is_set() and not self._draining:
+                    self._begin_drain()
+                    continue
+                self.step()
+        finally:
+            self.close()
+
+    def _begin_drain(self) -> None:
+        """A graceful stop: END the txn in flight now, however young, and commit it; the START that would follow
+        its outcome is not sent (`_execute`), and the loop ends there."""
+        self._draining = True
+        state = self.state
+        if state is None or state.fenced or self._retry_at is not None:
+            log.info("stopping: no transaction to commit first (%s)", "a failed commit waits for its retry"
+                     if self._retry_at is not None else "not transacting")
+            self._drained = True
+            return
+        log.info("stopping gracefully: txn %d of epoch %s ends now and is committed before the coordinator stops",
+                 state.txn, state.epoch)
+        self._execute(state.end_now())
 
     def step(self, timeout_s: float = 0.1) -> None:
         if self._spark_error is not None:
@@ -269,6 +361,12 @@ class CoordinatorService:
         while queue:
             effect = queue.pop(0)
             if isinstance(effect, Send):
+                if isinstance(effect.message, StartCommit) and self._draining:
+                    # the drained txn has its outcome (committed, skipped, failed or timed out): stop here
+                    log.info("stopping: txn %d of epoch %s was the last; no transaction starts after it",
+                             effect.message.txn - 1, effect.message.epoch)
+                    self._drained = True
+                    continue
                 if isinstance(effect.message, StartCommit):
                     effect = self._with_new_table_schema(effect, queue)
                     self._txn_started[(effect.message.epoch, effect.message.txn)] = time.monotonic()
@@ -301,24 +399,52 @@ class CoordinatorService:
         if not any(f.rows for s in c.statuses for f in s.files) and c.offsets == self.state.committed_offsets \
                 and not self._txn_refresh_due():
             return self.state.on_commit_skipped()
+        self._check_not_restored()
         try:
             c, left = self._agreeing(c)
             if left and not any(s.rows for s in c.statuses):
                 return self.state.on_commit_failed(dict(self.state.committed_offsets))  # read again, all of them
-            result = self.sink.commit(c.version, c.offsets, c.statuses, expect_new_table=not self._table_known)
+            result = self.sink.commit(c.version, c.offsets, c.statuses, expect_new_table=not self._table_known,
+                                      topic_ids=dict(c.topic_ids))
         except FencedError:
             return self._after_fence()
         except (LakesinkError, OSError) as exc:  # OSError: the write-ahead manifest could not be written
+            stopped = _caused_by(exc, _StoppedBeforeSpark)
+            if stopped is not None:  # the sink wraps what its Spark factory raised
+                log.warning("txn %d of epoch %d is not committed: %s (nothing is lost: a restart reads it again)",
+                            c.txn, c.epoch, stopped)
+                self._drained = True
+                return []
             return self._on_commit_failed(c, exc)
         fault_point("coordinator.after-delta-commit")
         if result.skipped_empty:
+            self._observe_dead_letters(c, 0, sum(st.records_dead_lettered for st in c.statuses))
             return self.state.on_commit_skipped()
         self._table_known = True
         self._retries.succeeded()
+        if result.table_version is not None:
+            self._last_committed = (result.table_version, c.version, dict(c.offsets))
         duration = time.monotonic() - started
         effects = self.state.on_committed(result.table_version, c.offsets)
         self._after_commit(c, result, duration)
         return effects
+
+    def _check_not_restored(self) -> None:
+        """Before a commit: a RESTORE of the table since this coordinator's last commit took rows of it away, and the
+        offsets in memory would go on after them. Stop with one line (TableHistoryError); a restart applies
+        restore.policy. Reads the log only when another writer committed since."""
+        if self._last_committed is None:
+            return
+        table_version, version, offsets = self._last_committed
+        current = self.sink.table_version()
+        if current is None or current <= table_version:
+            return
+        found = history.restored(self.sink, current, version)
+        if found is not None:
+            raise TableHistoryError(
+                f"{history.describe(self.sink, found, version, offsets)}. It happened while the coordinator was "
+                f"running: it stops before committing anything more; start it again to apply restore.policy="
+                f"{self.cfg.restore_policy} (fail: stop and say so; reread: read those records again)")
 
     def _agreeing(self, c: Commit) -> tuple[Commit, list]:
         """`c` without the file groups that disagree with the table or the partitions before them (sink.agreeing):
@@ -330,6 +456,10 @@ class CoordinatorService:
         if not left:
             return c, left
         offsets = dict(c.offsets)
+        # where a left-out partition's records are read again from: the START's offset when it moved to a recreated
+        # topic (the commit records the new topic's id) or was its topic's first start, else the committed offset
+        again = {**self.state.first_positions,
+                 **{r.topic_partition: r.offset for r in c.resets if r.recreated is not None}}
         for status, why in left:
             tp = status.topic_partition
             self._left_out[tp] = self._left_out.get(tp, 0) + 1
@@ -338,6 +468,8 @@ class CoordinatorService:
                 raise CommitError(f"the file group of {tp[0]}-{tp[1]} disagreed with {self.cfg.table_path} in "
                                   f"{self._left_out[tp]} commits in a row: {why}", permanent=False)
             before = self.state.committed_offsets.get(tp)
+            if tp in again:
+                before = again[tp]
             if before is None:
                 offsets.pop(tp, None)
             else:
@@ -346,7 +478,9 @@ class CoordinatorService:
             log.warning("txn %d leaves out the file group of %s-%d (%d rows): %s; its records are read again from "
                         "offset %s against the table", c.txn, tp[0], tp[1], status.rows, why, before)
         self.sink.discard([s for s, _ in left], "left out of the commit")
-        return replace(c, statuses=kept, offsets=offsets), left
+        taken = {s.topic_partition for s in kept}
+        resets = tuple(r for r in c.resets if r.topic_partition in taken or r.recreated is not None)
+        return replace(c, statuses=kept, offsets=offsets, resets=resets), left
 
     def _sweep(self) -> None:
         """Delete lakesink's files that no table version references (connector/table/sweep.py), then again after
@@ -393,7 +527,8 @@ class CoordinatorService:
 
     def _discard_failed(self) -> list[Effect]:
         before = self.state.stats["txn_discarded_with_commit"]
-        effects = self.state.on_commit_failed(self.sink.recover().offsets)
+        recovered = self.sink.recover()
+        effects = self.state.on_commit_failed(recovered.offsets, recovered.topic_ids)
         self.metrics.txn_discarded.inc(self.state.stats["txn_discarded_with_commit"] - before)
         return effects
 
@@ -467,7 +602,9 @@ class CoordinatorService:
                    "offsets_skipped": sum(r.skipped for r in c.resets),
                    "offset_resets": [{"topic": r.topic_partition[0], "partition": r.topic_partition[1],
                                       "from": r.committed, "to": r.offset, "low": r.low, "high": r.high,
-                                      "skipped": r.skipped} for r in c.resets],
+                                      "skipped": r.skipped,
+                                      **({"old_topic_id": r.recreated[0], "topic_id": r.recreated[1]}
+                                         if r.recreated else {})} for r in c.resets],
                    "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
                                for (t, p), o in sorted(c.offsets.items())]}
         log.info("committed txn %d epoch %d: %d rows (%d bytes) in %d files, table version %s, commit %.2f s, "
@@ -476,7 +613,27 @@ class CoordinatorService:
                  ", ".join(f"{t}-{p}@{o} lag {lags.get((t, p))}" for (t, p), o in sorted(c.offsets.items())))
         for reset in c.resets:
             log.warning("txn %d committed the offset reset of %s", c.txn, reset.describe())
+        self._observe_dead_letters(c, result.rows, payload["records_dead_lettered"])
         self._channel.send(Progress(self.cfg.name, c.epoch, c.txn, payload=payload))
+
+    def _observe_dead_letters(self, c: Commit, rows: int, dead_lettered: int) -> None:
+        """Count a txn that had records and dead-lettered them all (connector.metrics.DeadLetterStreak); at
+        health.deadletter.transactions in a row, /health turns degraded and a WARNING says so, once per streak."""
+        streak = self.metrics.dead_letters
+        before = streak.transactions
+        self.metrics.observe_txn(rows, dead_lettered, c.epoch, c.txn)
+        threshold = self.cfg.health_deadletter_transactions
+        if threshold <= 0:
+            return
+        if before < threshold <= streak.transactions:
+            log.warning("the last %d transactions dead-lettered every record (%d records since txn %d of epoch %d), "
+                        "none reached %s: /health is degraded until a record does (a source schema change with "
+                        "schema.evolution=false? the dead-letter records' __connect.errors.exception.message says "
+                        "why)", streak.transactions, streak.records, streak.since[1], streak.since[0],
+                        self.cfg.table_path)
+        elif before >= threshold and streak.transactions == 0:
+            log.info("txn %d brought rows to %s again after %d transactions of dead letters only: /health is no "
+                     "longer degraded", c.txn, self.cfg.table_path, before)
 
 
     def _dead_letter(self, violations) -> None:
@@ -523,6 +680,16 @@ class CoordinatorService:
 
 _SENT_STEPS = {StartCommit: "coordinator.after-start-sent", EndCommit: "coordinator.after-end-sent",
                AckCommit: "coordinator.after-ack"}
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """`exc` or the first of its causes that is a `kind`."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _attempts(n: int) -> str:

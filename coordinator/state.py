@@ -8,18 +8,25 @@ Transactions are pipelined: when every WRITE-STATUS of txn N is in, the machine 
 commits. While N commits, N+1 consumes but does not END; if N fails, N+1 is discarded with it.
 
 Every START's offsets pass the runtime's `check_offsets` first: a partition whose offset it holds no longer (below
-its log start, above its end) starts where `offset_resets` says, and the Commit that covers it records the skip.
+its log start, above its end, or of a topic deleted and recreated since: another topic id) starts where
+`offset_resets` says, and the Commit that covers it records the skip. Each Commit records the topic id of every
+topic its offsets belong to (the ids of its START), so that the next START can tell a recreated topic.
+
+A partition with no committed offset starts where `start_at_end` (kafka.auto.offset.reset=latest) puts it only when
+no partition of its topic has an offset yet (the topic's first start); that position is kept, and committed with
+the next Commit, so a discarded txn never moves it. Any other partition without an offset (added to its topic
+later, or with kafka.auto.offset.reset=earliest) starts at its beginning (None in the START).
 """
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeAlias, cast
 
 from connector.clock import Clock, Deadline
-from connector.errors import OffsetOutOfRangeError, ProtocolError
+from connector.errors import OffsetOutOfRangeError, ProtocolError, TopicRecreatedError
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
@@ -47,33 +54,52 @@ class Send:
     message: Message
 
 
+TopicIds: TypeAlias = Mapping[str, str]
+"""Kafka topic id (AdminClient.describe_topics) by topic name: a topic deleted and created again has another."""
+
+
 @dataclass(frozen=True)
 class OffsetReset:
     """A START offset moved off `committed`, an offset its partition no longer holds (the partition holds
-    [low, high] now), to `offset`: the log start or the end."""
+    [low, high] now), to `offset`: the log start or the end. `recreated`: (the topic id the offset was committed
+    in, the topic's id now) when the topic was deleted and created again; the offset then belongs to another topic,
+    whatever range the new one holds."""
 
     topic_partition: TopicPartition
     committed: int
     low: int
     high: int
     offset: int
+    recreated: tuple[str, str] | None = None
 
     @property
     def below(self) -> bool:
-        """Below the log start (records deleted); otherwise above the end (the partition's offsets started over)."""
-        return self.committed < self.low
+        """Below the log start (records deleted); otherwise above the end or recreated (the offsets started over)."""
+        return self.recreated is None and self.committed < self.low
 
     @property
     def skipped(self) -> int:
-        """How many offsets are never read: below the log start, [committed, offset); above the end, where the
-        offsets started over, [low, offset)."""
+        """How many offsets are never read: below the log start, [committed, offset); where the offsets started over
+        (above the end, recreated), [low, offset)."""
         return self.offset - (self.committed if self.below else self.low)
 
     def describe(self) -> str:
         t, p = self.topic_partition
-        where = "below the log start" if self.below else "above the end"
+        if self.recreated is not None:
+            where = f"the topic was recreated: id {self.recreated[0]} then, {self.recreated[1]} now"
+        else:
+            where = "below the log start" if self.below else "above the end"
         return (f"{t}-{p} from {self.committed} ({where}; the partition holds {self.low}..{self.high}) to "
                 f"{self.offset}, {self.skipped} offsets skipped")
+
+
+@dataclass(frozen=True)
+class OffsetCheck:
+    """What the runtime's check found before a START: the resets its offsets need, and each topic's id now (a topic
+    left out: its id is unknown, the one recorded stays)."""
+
+    resets: tuple[OffsetReset, ...] = ()
+    topic_ids: TopicIds = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,6 +113,7 @@ class Commit:
     statuses: tuple[WriteStatus, ...]
     offsets: Offsets
     resets: tuple[OffsetReset, ...] = ()
+    topic_ids: TopicIds = field(default_factory=dict)  # the topic id of every topic `offsets` belong to
 
 
 Effect: TypeAlias = Send | Commit
@@ -103,27 +130,70 @@ RESET_POLICIES = ("fail", "earliest", "latest")
 
 
 def offset_resets(offsets: Offsets, low: Mapping[TopicPartition, int], high: Mapping[TopicPartition, int],
-                  policy: str) -> list[OffsetReset]:
-    """The partitions whose offset lies outside [low, high] (the log start and end Kafka reports now) and where
-    `policy` moves them: `earliest` to the log start, `latest` to the end. A partition with no offset, or whose
-    bounds are unknown, is left alone. With `fail`, any such partition raises OffsetOutOfRangeError."""
+                  policy: str, recorded_ids: TopicIds | None = None,
+                  current_ids: TopicIds | None = None) -> list[OffsetReset]:
+    """The partitions whose offset lies outside [low, high] (the log start and end Kafka reports now), or whose
+    topic's id is not the one the offsets were committed with (`recorded_ids` vs `current_ids`: the topic was deleted
+    and created again), and where `policy` moves them: `earliest` to the log start, `latest` to the end. A partition
+    with no offset, or (topic ids aside) whose bounds are unknown, is left alone; a topic without a recorded id (a
+    table of an older lakesink) is only range-checked. With `fail`, any such partition raises OffsetOutOfRangeError
+    (TopicRecreatedError when a topic was recreated)."""
     if policy not in RESET_POLICIES:
         raise ValueError(f"offset.reset.policy must be one of {', '.join(RESET_POLICIES)}, got {policy!r}")
+    recorded, current = recorded_ids or {}, current_ids or {}
     resets = []
     for tp in sorted(offsets):
         offset, lo, hi = offsets[tp], low.get(tp), high.get(tp)
-        if offset is None or lo is None or hi is None or lo <= offset <= hi:
+        if offset is None:
+            continue
+        was, now = recorded.get(tp[0]), current.get(tp[0])
+        if was is not None and now is not None and was != now:
+            # the bounds of a topic just created are nearly always listed; if not, its start is 0 (and reading too
+            # much of the new topic beats skipping any of it)
+            lo = 0 if lo is None else lo
+            hi = lo if hi is None else hi
+            resets.append(OffsetReset(tp, offset, lo, hi, lo if policy == "earliest" else hi, recreated=(was, now)))
+            continue
+        if lo is None or hi is None or lo <= offset <= hi:
             continue
         resets.append(OffsetReset(tp, offset, lo, hi, lo if policy == "earliest" else hi))
     if resets and policy == "fail":
-        raise OffsetOutOfRangeError(
-            "committed offsets outside what their partitions hold: "
-            + "; ".join(f"{r.topic_partition[0]}-{r.topic_partition[1]} committed {r.committed}, "
-                        f"{'log start' if r.below else 'end'} {r.low if r.below else r.high} "
-                        f"(the partition holds {r.low}..{r.high})" for r in resets)
-            + ". Nothing was skipped and nothing committed: set offset.reset.policy=earliest or latest to skip to "
-              "the log start or end knowingly, or restore the records (or the topic) and start again")
+        raise _reset_refused(resets)
     return resets
+
+
+def _reset_refused(resets: list[OffsetReset]) -> OffsetOutOfRangeError:
+    """The one-line error of offset.reset.policy=fail."""
+    recreated: dict[str, list[OffsetReset]] = {}
+    for r in resets:
+        if r.recreated is not None:
+            recreated.setdefault(r.topic_partition[0], []).append(r)
+    out_of_range = [r for r in resets if r.recreated is None]
+    parts = [f"topic {topic} was deleted and created again since its offsets were committed: its topic id was "
+             f"{rs[0].recreated[0]} then and is {rs[0].recreated[1]} now, so the committed offsets "  # type: ignore[index]
+             f"{', '.join(f'{topic}-{r.topic_partition[1]}@{r.committed}' for r in rs)} belong to a topic that no "
+             f"longer exists" for topic, rs in sorted(recreated.items())]
+    if out_of_range:
+        parts.append("committed offsets outside what their partitions hold: " + "; ".join(
+            f"{r.topic_partition[0]}-{r.topic_partition[1]} committed {r.committed}, "
+            f"{'log start' if r.below else 'end'} {r.low if r.below else r.high} "
+            f"(the partition holds {r.low}..{r.high})" for r in out_of_range))
+    if recreated:
+        todo = ("set offset.reset.policy=earliest to read the new topic from its start, or latest to read it from "
+                "its end, knowingly")
+        return TopicRecreatedError("; ".join(parts) + f". Nothing was read from the new topic and nothing "
+                                   f"committed: {todo}, or restore the old topic and start again")
+    return OffsetOutOfRangeError(
+        parts[0] + ". Nothing was skipped and nothing committed: set offset.reset.policy=earliest or latest to skip "
+        "to the log start or end knowingly, or restore the records (or the topic) and start again")
+
+
+def first_starts(offsets: Offsets, known_topics: Iterable[str]) -> list[TopicPartition]:
+    """The partitions of `offsets` that start for the first time with their topic (kafka.auto.offset.reset applies
+    to them): no offset, and no offset for any partition of their topic, nor a topic in `known_topics`. A partition
+    without an offset of a topic that has some was added to the topic later: it starts at its beginning."""
+    known = set(known_topics) | {tp[0] for tp, o in offsets.items() if o is not None}
+    return [tp for tp in sorted(offsets) if offsets[tp] is None and tp[0] not in known]
 
 
 class CoordinatorState:
@@ -134,16 +204,27 @@ class CoordinatorState:
         interval_ms: int,
         writestatus_timeout_ms: int,
         partitions: Callable[[], Iterable[TopicPartition]],
-        check_offsets: Callable[[Offsets], Iterable[OffsetReset]] | None = None,
+        check_offsets: Callable[[Offsets, TopicIds], OffsetCheck | Iterable[OffsetReset]] | None = None,
+        start_at_end: Callable[[list[TopicPartition]], Mapping[TopicPartition, int]] | None = None,
     ):
-        """`check_offsets(offsets)`: the resets (`offset_resets`) a START's offsets need, or it raises to stop."""
+        """`check_offsets(offsets, topic_ids)`: the resets (`offset_resets`) a START's offsets, committed in topics
+        of `topic_ids`, need and the topics' ids now (an OffsetCheck; a plain list of resets: ids unknown), or it
+        raises to stop. `start_at_end(partitions)` (kafka.auto.offset.reset=latest): the end of each partition
+        starting for the first time with its topic; one it leaves out joins a later txn. None: they start at their
+        beginning."""
         self._connector = connector
         self._clock = clock
         self._interval_s = interval_ms / 1000
         self._timeout_s = writestatus_timeout_ms / 1000
         self._partitions = partitions
         self._check_offsets = check_offsets
+        self._start_at_end = start_at_end
         self._resets: dict[TopicPartition, OffsetReset] = {}  # this txn's, applied to its START offsets
+        self._committed_ids: dict[str, str] = {}  # the topic ids the committed offsets belong to
+        self._start_ids: dict[str, str] = {}  # the topic ids this txn's START offsets belong to
+        # where a partition with no committed offset started at its topic's first start (latest: the end then): kept,
+        # and committed with the next Commit, so a discarded txn never moves it
+        self._first: dict[TopicPartition, int] = {}
         self._phase = Phase.IDLE
         self._epoch = -1
         self._txn = 0
@@ -188,6 +269,20 @@ class CoordinatorState:
         return dict(self._committed)
 
     @property
+    def committed_topic_ids(self) -> dict[str, str]:
+        return dict(self._committed_ids)
+
+    @property
+    def start_topic_ids(self) -> dict[str, str]:
+        """The topic ids the current txn's START offsets belong to."""
+        return dict(self._start_ids)
+
+    @property
+    def first_positions(self) -> dict[TopicPartition, int]:
+        """Where partitions with no committed offset started at their topic's first start, until committed."""
+        return dict(self._first)
+
+    @property
     def expected(self) -> frozenset[TopicPartition]:
         return frozenset(self._start_offsets)
 
@@ -229,8 +324,10 @@ class CoordinatorState:
     def owner_of(self, tp: TopicPartition) -> str | None:
         return next((worker for worker, held in sorted(self._owners.items()) if tp in held), None)
 
-    def begin(self, epoch: int, offsets: Offsets, next_txn: int = 1) -> list[Effect]:
-        """Start transacting as `epoch`, which the runtime has claimed in the table it read `offsets` from."""
+    def begin(self, epoch: int, offsets: Offsets, next_txn: int = 1, topic_ids: TopicIds | None = None
+              ) -> list[Effect]:
+        """Start transacting as `epoch`, which the runtime has claimed in the table it read `offsets` (and the topic
+        ids they were committed with, `topic_ids`) from."""
         if epoch <= self._epoch:
             raise ProtocolError(
                 f"{self._connector}: begin(epoch={epoch}) after epoch {self._epoch}; claim a newer epoch first"
@@ -239,8 +336,9 @@ class CoordinatorState:
             raise ProtocolError(f"{self._connector}: next_txn must be >= 1 (txn 0 is the epoch claim), got {next_txn}")
         self._epoch = epoch
         self._committed = dict(offsets)
+        self._committed_ids = dict(topic_ids or {})
         self._committing = None
-        return self._start(next_txn, self._committed)
+        return self._start(next_txn, self._committed, self._committed_ids)
 
     def tick(self) -> list[Effect]:
         if self._deadline is None or not self._deadline.expired():
@@ -251,7 +349,7 @@ class CoordinatorState:
             return self._end()
         if self._phase is Phase.COLLECTING:
             self._stats["txn_timed_out"] += 1
-            return self._start(self._txn + 1, self._committed)
+            return self._start(self._txn + 1, self._committed, self._committed_ids)
         return []
 
     def on_message(self, msg: Message) -> list[Effect]:
@@ -278,6 +376,8 @@ class CoordinatorState:
         if commit is None:
             return []
         self._committed = dict(offsets)
+        self._committed_ids = dict(commit.topic_ids)
+        self._forget_first()
         self._stats["txn_committed"] += 1
         if offsets != commit.offsets:  # not what the next txn was started on: it cannot go on
             return [self._ack(commit, table_version), *self._restart_after(commit)]
@@ -294,17 +394,28 @@ class CoordinatorState:
             return []
         self._stats["commit_skipped"] += 1
         self._committed = dict(commit.offsets)
+        self._committed_ids = dict(commit.topic_ids)  # first positions stay: no table holds them yet
         return [self._ack(commit, None), *self._resume_after(commit)]
 
-    def on_commit_failed(self, offsets: Offsets) -> list[Effect]:
-        """The Commit failed; `offsets` were re-read from the table. The txn is discarded, and so is the one
-        started on its offsets: a new START carries `offsets`."""
+    def on_commit_failed(self, offsets: Offsets, topic_ids: TopicIds | None = None) -> list[Effect]:
+        """The Commit failed; `offsets` (and their `topic_ids`, None: as before) were re-read from the table. The txn
+        is discarded, and so is the one started on its offsets: a new START carries `offsets`."""
         commit = self._expect_committing("on_commit_failed")
         if commit is None:
             return []
         self._committed = dict(offsets)
+        if topic_ids is not None:
+            self._committed_ids = dict(topic_ids)
         self._stats["commit_failed"] += 1
         return self._restart_after(commit)
+
+    def end_now(self) -> list[Effect]:
+        """A graceful stop: the current txn ENDs now, however young (unless a commit is outstanding), and from now
+        on a complete txn's Commit comes without a pipelined START; the runtime sends no START after its outcome."""
+        self.pipeline = False
+        if self._phase is Phase.CONSUMING and self._committing is None:
+            return self._end()
+        return []
 
     def _on_assignment(self, msg: Assignment) -> list[Effect]:
         """Any epoch's: a worker's assignment is a fact about the consumer group, not about a txn."""
@@ -343,10 +454,27 @@ class CoordinatorState:
             return "inconsistent_offsets"
         return None
 
-    def _start(self, txn: int, base: Offsets) -> list[Effect]:
-        """START `txn` at `base`: the committed offsets, or those of the Commit outstanding (speculative)."""
-        offsets = {tp: base.get(tp) for tp in sorted(set(self._partitions()))}
-        resets = list(self._check_offsets(offsets)) if self._check_offsets is not None else []
+    def _start(self, txn: int, base: Offsets, base_ids: TopicIds) -> list[Effect]:
+        """START `txn` at `base`: the committed offsets, or those of the Commit outstanding (speculative), which
+        belong to the topics of `base_ids`."""
+        offsets: Offsets = {}
+        for tp in sorted(set(self._partitions())):
+            offset = base.get(tp)
+            offsets[tp] = self._first.get(tp) if offset is None else offset
+        if self._start_at_end is not None:
+            known = {tp[0] for tp, o in base.items() if o is not None}
+            first = first_starts(offsets, known)
+            ends = dict(self._start_at_end(first)) if first else {}
+            unknown = {tp[0] for tp in first if ends.get(tp) is None}
+            for tp in first:
+                if tp[0] in unknown:
+                    del offsets[tp]  # an end of its topic is not known yet: the topic's first start is a later txn's
+                else:
+                    offsets[tp] = self._first[tp] = ends[tp]
+        check = self._check_offsets(offsets, dict(base_ids)) if self._check_offsets is not None else OffsetCheck()
+        if not isinstance(check, OffsetCheck):
+            check = OffsetCheck(tuple(check))
+        resets = list(check.resets)
         for reset in resets:
             if offsets.get(reset.topic_partition) != reset.committed:
                 raise ProtocolError(f"{self._connector}: offset reset {reset.describe()} does not match the START "
@@ -354,12 +482,16 @@ class CoordinatorState:
             offsets[reset.topic_partition] = reset.offset
         self._txn = txn
         self._start_offsets = offsets
+        self._start_ids = {**base_ids, **check.topic_ids}
         self._resets = {reset.topic_partition: reset for reset in resets}
         self._received = {}
         self._phase = Phase.CONSUMING
         self._deadline = Deadline.after(self._clock, self._interval_s)
         start = StartCommit(self._connector, self._epoch, txn, dict(self._start_offsets), sent_at=self._clock.wall())
         return [Send(start)]
+
+    def _forget_first(self) -> None:
+        self._first = {tp: o for tp, o in self._first.items() if self._committed.get(tp) is None}
 
     def _end(self) -> list[Effect]:
         self._phase = Phase.COLLECTING
@@ -375,19 +507,22 @@ class CoordinatorState:
             return []
         skipped = frozenset(self._start_offsets) - self._received.keys()
         self._stats["partitions_not_held"] += len(skipped)
-        offsets = dict(self._committed)
-        for tp, status in self._received.items():
-            if status.next_offset is not None:
-                offsets[tp] = status.next_offset
+        offsets = commit_offsets(self._committed, self._start_offsets, self._first, self._resets.values(),
+                                 self._received.values())
         statuses = tuple(self._received[tp] for tp in sorted(self._received))
-        resets = tuple(self._resets[tp] for tp in sorted(self._resets) if tp in self._received)
-        commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets, resets)
+        # a partition that reports nothing keeps its offset and is reset again at the next START; a recreated topic's
+        # partitions move together, reported or not, since the topic id the commit records is the new topic's
+        resets = tuple(self._resets[tp] for tp in sorted(self._resets)
+                       if tp in self._received or self._resets[tp].recreated is not None)
+        topic_ids = {**self._committed_ids, **self._start_ids}
+        commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets, resets,
+                        topic_ids)
         self._committing = commit
         if not self.pipeline:
             self._deadline = None  # nothing runs until the commit's outcome; the next START follows its ACK
             return [commit]
         # START first, so the runtime sends it before performing the (slow) commit.
-        return [*self._start(self._txn + 1, offsets), commit]
+        return [*self._start(self._txn + 1, offsets, topic_ids), commit]
 
     def _ack(self, commit: Commit, table_version: int | None) -> Send:
         self._committing = None
@@ -399,7 +534,7 @@ class CoordinatorState:
         """The txn started on `commit`'s offsets is valid: END it now if its interval is already over. Without
         pipelining no txn was started on them: START it now."""
         if self._txn == commit.txn:
-            return self._start(self._txn + 1, self._committed)
+            return self._start(self._txn + 1, self._committed, self._committed_ids)
         if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired():
             return self._end()
         return []
@@ -409,7 +544,7 @@ class CoordinatorState:
         self._committing = None
         if self._txn > commit.txn:
             self._stats["txn_discarded_with_commit"] += 1
-        return self._start(self._txn + 1, self._committed)
+        return self._start(self._txn + 1, self._committed, self._committed_ids)
 
     def _expect_committing(self, call: str) -> Commit | None:
         """None when fenced (the call is moot); raises unless a Commit is outstanding."""
@@ -418,6 +553,27 @@ class CoordinatorState:
         if self._committing is None:
             raise ProtocolError(f"{self._connector}: {call} while {self._phase.value}: no Commit is outstanding")
         return self._committing
+
+
+def commit_offsets(committed: Offsets, started: Offsets, first: Mapping[TopicPartition, int],
+                   resets: Iterable[OffsetReset], statuses: Iterable[WriteStatus]) -> Offsets:
+    """The offsets a Commit sets: the committed ones, with the position a partition took at its topic's first start
+    (`first`: it reported nothing, it still starts there), the offsets of a recreated topic moved to the new topic
+    (its partitions the START no longer has dropped), and every status's next offset."""
+    offsets = dict(committed)
+    for tp, offset in first.items():
+        if offsets.get(tp) is None and started.get(tp) == offset:
+            offsets[tp] = offset
+    recreated = [r for r in resets if r.recreated is not None]
+    gone = {r.topic_partition[0] for r in recreated}
+    for tp in [tp for tp in offsets if tp[0] in gone and tp not in started]:
+        del offsets[tp]
+    for r in recreated:
+        offsets[r.topic_partition] = r.offset
+    for status in statuses:
+        if status.next_offset is not None:
+            offsets[status.topic_partition] = status.next_offset
+    return offsets
 
 
 def _offsets_consistent(status: WriteStatus) -> bool:

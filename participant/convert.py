@@ -40,20 +40,25 @@ from connector.formats.problems import (  # noqa: F401 - the record error names,
 )
 from connector.formats.json_types import INVALID_NAME, NO_COLUMNS
 from connector.schema.names import PLAIN_REFUSED, plain_refused, sanitized
-from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP
+from connector.schema.columns import META_FIELDS, META_PREFIX, OFFSET, PARTITION, TIMESTAMP, TOPIC
 from connector.schema.widening import arrow_widens
 from connector.upsert import (
+    ABSENT,
     CDC_OP,
     CDC_SOURCE_LSN,
+    CDC_SOURCE_POSITION,
     CDC_SOURCE_TS_MS,
     CDC_TS_MS,
     DELETE_MARKER,
+    EVENT_ORDER_COLUMNS,
     UpsertSpec,
     connect_payload,
+    order_value,
     reserved_columns,
 )
 
 CONVERTERS = ("json", "string", "bytes")
+MISSING_ORDER_VALUE = "MissingOrderValue"
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,8 @@ class Converter:
         self._reserves_meta_prefix = connect_meta_data or upsert.stages_coordinates
         self._kafka_key_fields: tuple[str, ...] | None = None
         self._rows = JsonRows(allow_new_fields, connect_meta_data)
+        self._carried: list[frozenset[str] | None] = []
+        """Per record of the batch in conversion, the column names its value carries (None: every column)."""
 
     def set_schema(self, schema: pa.Schema | None) -> None:
         """The table's schema, once the table exists (its _kafka_* columns are ignored when meta data is on);
@@ -309,7 +316,7 @@ class Converter:
                 key_array = pa.array(typed_keys, self._key_type)
             data = _with_meta(data, topic, partition, offsets, timestamps, key_array, kept)
         elif data is not None and self.upsert.stages_coordinates:
-            data = _with_coordinates(data, partition, offsets, timestamps, kept, self.upsert.soft_delete)
+            data = _with_coordinates(data, topic, partition, offsets, timestamps, kept)
         rows = 0 if data is None else data.num_rows
         if rows + len(failures) != n:
             raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
@@ -395,10 +402,11 @@ class Converter:
         """The typed rows keyed writes stage (keys in), their changes, as `_unwrap` and `_json` do for plain JSON."""
         n = len(values)
         changes: list[Change | None] = [None] * n
+        self._carried = [None] * n  # a record with a Connect schema carries every field of it
         groups: dict[tuple, tuple[pa.Schema, list[int], list[dict[str, Any]]]] = {}
         for i in range(n):
             problem = rejected.get(i)
-            if problem is not None and not (self.upsert.delete_enabled and problem[0] == NULL_VALUE):
+            if problem is not None and not (self.upsert.takes_deletes and problem[0] == NULL_VALUE):
                 continue
             try:
                 fields, row, change = self._typed_change(keys[i], values[i])
@@ -433,7 +441,7 @@ class Converter:
                 row, change = event_row(payload, self.upsert)
                 decoder = _child(decoder, "before" if change.delete else "after") if row else None
             elif payload is None:
-                if not spec.delete_enabled:
+                if not spec.takes_deletes:
                     raise Problem(NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
                 row, change = {}, DELETE
             else:
@@ -450,8 +458,9 @@ class Converter:
             if self._reserved_name(name):
                 raise Problem(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
                                               f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
-        if spec.keyed:
+        if self._needs_key(change):
             self._add_key(typed, key, change.delete, fields)
+        self._check_order_value(typed, change)
         return fields, typed, change
 
     def _typed_key(self, key: bytes | None) -> tuple[dict[str, Any], dict[str, Decoder]]:
@@ -460,11 +469,15 @@ class Converter:
         if key is not None and _WRAPPED_HEAD.match(key):
             try:
                 decoder, payload = self._decoders.split(key)
+                parsed = connect.load_payload(payload)
                 if decoder.schema.type == "struct":
-                    parsed = connect.load_payload(payload)
                     values = decoder.to_value(parsed, "") if parsed is not None else None
                     if values is not None:
                         return values, dict(decoder.children)
+                elif parsed is not None and decoder.schema.type not in ("array", "map"):
+                    name = next(iter(self._primitive_key(parsed, payload.decode() if isinstance(payload, bytes)
+                                                         else str(payload))))
+                    return {name: decoder.to_value(parsed, name)}, {name: decoder}
             except Problem as problem:
                 raise Problem(MISSING_KEY, f"the Kafka key cannot be read with its Connect schema: {problem.message}"
                                 ) from None
@@ -564,7 +577,8 @@ class Converter:
         n = len(values)
         lines: list[bytes | None] = [None] * n
         changes: list[Change | None] = [None] * n
-        tombstones_delete = self.upsert.delete_enabled
+        self._carried = [None] * n
+        tombstones_delete = self.upsert.takes_deletes
         for i in range(n):
             problem = rejected.get(i)
             if problem is not None and not (tombstones_delete and problem[0] == NULL_VALUE):
@@ -577,6 +591,8 @@ class Converter:
             rejected.pop(i, None)
             lines[i] = json.dumps(row, separators=(",", ":")).encode()
             changes[i] = change
+            if self.upsert.missing_fields == "keep":
+                self._carried[i] = frozenset(map(self._name_form, row))
         return lines, changes
 
     def _change(self, key: bytes | None, value: bytes | None) -> tuple[dict[str, Any], Change]:
@@ -596,9 +612,33 @@ class Converter:
             if self._reserved_name(name):
                 raise Problem(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
                                               f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
-        if spec.keyed:
+        if self._needs_key(change):
             self._add_key(row, key, change.delete)
+        self._check_order_value(row, change)
         return row, change
+
+    def _needs_key(self, change: Change) -> bool:
+        """Every change of a keyed mode has its key columns, and so does a delete in changelog mode (a tombstone is
+        a row of its key); a truncate has none."""
+        if change.op == "t":
+            return False
+        return self.upsert.keyed or (self.upsert.changelog and change.delete)
+
+    def _check_order_value(self, row: dict[str, Any], change: Change) -> None:
+        """Raises Problem(MISSING_ORDER_VALUE) for a change (not a delete) without a value of upsert.order.field."""
+        spec = self.upsert
+        if change.delete or not spec.requires_order_value or spec.order_field in EVENT_ORDER_COLUMNS:
+            return
+        path = (spec.order_field,) if spec.order_field in row else tuple(spec.order_field.split("."))
+        if order_value(row, path) is None:
+            raise Problem(MISSING_ORDER_VALUE, f"upsert.order.field '{spec.order_field}' is missing or null in the "
+                                               f"value: a change needs its order value to be ordered against the "
+                                               f"key's other changes")
+
+    def _name_form(self, name: str) -> str:
+        """A field name as the column it becomes, for comparison: case folded (sanitized under
+        field.name.policy=sanitize)."""
+        return (sanitized(name) if self._rows.names == "sanitize" else name).casefold()
 
     def _add_key(self, row: dict[str, Any], key: bytes | None, delete: bool,
                  fields: list[tuple[str, Decoder]] | None = None) -> None:
@@ -622,13 +662,12 @@ class Converter:
             take(())
             return
         missing = [name for name in names if row.get(name) is None]
-        if missing and delete:
+        if missing and key is not None:
             take(missing)
             missing = [name for name in missing if row.get(name) is None]
         if missing:
-            where = "the value or the Kafka key" if delete else "the value"
-            raise Problem(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in "
-                                       f"{where}; a row needs its whole key")
+            raise Problem(MISSING_KEY, f"key field '{missing[0]}' (record.key.fields) is missing or null in the "
+                                       f"value and the Kafka key; a row needs its whole key")
 
     def _whole_key(self, key_object: dict[str, Any]) -> tuple[str, ...]:
         """The key fields of a Kafka key object (the same fields as every earlier key's, none null); raises
@@ -646,36 +685,91 @@ class Converter:
         self._kafka_key_fields = held
         return held
 
-    @staticmethod
-    def _key_object(key: bytes | None, unwrap: bool = True) -> dict[str, Any]:
-        """The Kafka key as a JSON object (unwrap: without the JSON converter's wrapper); raises
-        Problem(MISSING_KEY)."""
+    def _key_object(self, key: bytes | None, unwrap: bool = True) -> dict[str, Any]:
+        """The Kafka key as a JSON object (unwrap: without the JSON converter's wrapper); a primitive key (a JSON
+        string, number or boolean, or text that is no JSON) as the object of the one field record.key.fields
+        names. Raises Problem(MISSING_KEY)."""
         if key is None:
             raise Problem(MISSING_KEY, f"the record has no Kafka key; {_KEY_HINT} (or set record.key.fields to take it "
                                        "from the value)")
         try:
-            parsed = json.loads(key.decode("utf-8"))
-        except ValueError as error:  # UnicodeDecodeError included
-            raise Problem(MISSING_KEY, f"the Kafka key is not JSON ({error}); {_KEY_HINT}") from None
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Problem(MISSING_KEY, f"the Kafka key is not UTF-8 text; {_KEY_HINT}") from None
+        try:
+            parsed = json.loads(text)
+        except ValueError as error:
+            if len(self.upsert.key_fields) != 1:
+                raise Problem(MISSING_KEY, f"the Kafka key is not JSON ({error}); {_KEY_HINT}") from None
+            parsed = text  # a string key written without JSON quotes
         parsed = connect_payload(parsed) if unwrap else parsed
-        if type(parsed) is not dict:
-            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind_of(parsed)}, not an object; {_KEY_HINT}")
-        return parsed
+        if type(parsed) is dict:
+            return parsed
+        return self._primitive_key(parsed, text)
+
+    def _primitive_key(self, value: Any, text: str) -> dict[str, Any]:
+        """A primitive Kafka key as the object of the one key field (docs/ARCHITECTURE.md, "The keyed-write
+        rules"), in the type of that field's column where one is known: a string column takes the key's text, an
+        integer column a string key of digits; raises Problem(MISSING_KEY) when the key is no primitive or
+        record.key.fields names no single field."""
+        names = self.upsert.key_fields
+        kind = kind_of(value)
+        if value is None or type(value) in (list, dict):
+            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind}, not an object; {_KEY_HINT}")
+        if not names:
+            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind}, not an object, and record.key.fields is "
+                                       "empty: set record.key.fields to the value field the key is")
+        if len(names) > 1:
+            raise Problem(MISSING_KEY, f"the Kafka key is a JSON {kind}, but record.key.fields names "
+                                       f"{len(names)} fields: a composite key needs a Kafka key object with them")
+        name = names[0]
+        schema = self._rows.schema
+        column = next((f for f in schema if f.name.casefold() == name.casefold()), None) if schema else None
+        if column is not None and pa.types.is_string(column.type) and type(value) is not str:
+            value = text.strip()
+        elif column is not None and pa.types.is_integer(column.type) and type(value) is str \
+                and re.fullmatch(r"-?[0-9]+", value):
+            value = int(value)
+        return {name: value}
 
     def _with_changes(self, data: pa.Table, changes: list[Change | None], kept: list[int] | None) -> pa.Table:
         """The staged columns of the rows' changes: `_cdc_*` (debezium with meta data), DELETE_MARKER (deletes on)."""
-        picked = [changes[i] for i in (range(len(changes)) if kept is None else kept)]
+        index = list(range(len(changes))) if kept is None else kept
+        picked = [changes[i] for i in index]
+        if self.upsert.keeps_missing:
+            data = data.append_column(pa.field(ABSENT, pa.list_(pa.string())), self._absent(data, index, picked))
+        if self.upsert.stages_op:  # changelog: a tombstone is a delete, a plain value an upsert of its key
+            ops = [c.op or ("d" if c.delete else "u") for c in picked] if self.upsert.changelog else \
+                [c.op for c in picked]
+            data = data.append_column(pa.field(CDC_OP, pa.string()), pa.array(ops, pa.string()))
         if self.upsert.cdc_columns:
-            data = data.append_column(pa.field(CDC_OP, pa.string()), pa.array([c.op for c in picked], pa.string()))
             for name, values in ((CDC_TS_MS, [c.ts_ms for c in picked]),
                                  (CDC_SOURCE_TS_MS, [c.source_ts_ms for c in picked]),
                                  (CDC_SOURCE_LSN, [c.source_lsn for c in picked])):
                 if name != CDC_SOURCE_LSN or any(v is not None for v in values):  # lsn: only where events carry it
                     data = data.append_column(pa.field(name, pa.int64()), pa.array(values, pa.int64()))
-        if self.upsert.delete_enabled:
+            data = data.append_column(pa.field(CDC_SOURCE_POSITION, pa.string()),
+                                      pa.array([c.source_position for c in picked], pa.string()))
+        if self.upsert.delete_enabled or self.upsert.truncate_enabled:
             data = data.append_column(pa.field(DELETE_MARKER, pa.bool_()),
                                       pa.array([c.delete for c in picked], pa.bool_()))
         return data
+
+    def _absent(self, data: pa.Table, index: list[int], picked: list[Change]) -> pa.Array:
+        """Per staged row, the data columns its change does not carry (null: none): the fields its value lacks
+        (upsert.missing.fields=keep; a record with a Connect schema lacks none) and the Debezium fields whose value
+        was unavailable. Key columns are always carried; a delete carries what it has."""
+        keys = {name.casefold() for name in self.key_fields}
+        columns = [(name, name.casefold()) for name in data.column_names if name.casefold() not in keys]
+        carried_of = self._carried or [None] * (max(index, default=-1) + 1)
+        out: list[list[str] | None] = []
+        for i, change in zip(index, picked):
+            carried = carried_of[i] if not change.delete else None
+            absent = [name for name, form in columns if carried is not None and form not in carried]
+            absent += [name for name in change.absent if name not in absent]
+            out.append(absent or None)
+        return pa.array(out, pa.list_(pa.string()))
+
 
 def _json_value(value: bytes) -> Any:
     if reason := utf8_problem(value):
@@ -687,22 +781,21 @@ def _json_value(value: bytes) -> Any:
 
 
 def _with_coordinates(
-    data: pa.Table, partition: int, offsets: list[int], timestamps: list[int | None], kept: list[int] | None,
-    with_timestamp: bool,
+    data: pa.Table, topic: str, partition: int, offsets: list[int], timestamps: list[int | None],
+    kept: list[int] | None,
 ) -> pa.Table:
-    """`_kafka_partition` and `_kafka_offset` (and `_kafka_timestamp`: a soft delete's time), without the other
-    meta data columns: what the coordinator collapses a keyed txn by when connect.meta.data=false."""
+    """`_kafka_topic`, `_kafka_partition`, `_kafka_offset` and `_kafka_timestamp`, without `_kafka_key`: a keyed
+    change's position (docs/ARCHITECTURE.md, "The keyed-write rules") when connect.meta.data=false."""
     if kept is not None:
         take = pa.array(kept, pa.int64())
         offsets = pa.array(offsets, pa.int64()).take(take).to_pylist()
         timestamps = pa.array(timestamps, pa.int64()).take(take).to_pylist()
     fields = {f.name: f for f in META_FIELDS}
+    data = data.append_column(fields[TOPIC], pa.repeat(pa.scalar(topic, pa.string()), data.num_rows))
     data = data.append_column(fields[PARTITION], pa.repeat(pa.scalar(partition, pa.int32()), data.num_rows))
     data = data.append_column(fields[OFFSET], pa.array(offsets, pa.int64()))
-    if with_timestamp:
-        stamps = pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(fields[TIMESTAMP].type)
-        data = data.append_column(fields[TIMESTAMP], stamps)
-    return data
+    stamps = pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(fields[TIMESTAMP].type)
+    return data.append_column(fields[TIMESTAMP], stamps)
 
 
 _WRAPPED_HEAD = re.compile(connect.WRAPPED_HEAD.encode())

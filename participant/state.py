@@ -286,6 +286,10 @@ class ParticipantState:
         if self._phase in (Phase.CONSUMING, Phase.FLUSHING):
             effects.append(Discard())
             self._stats["ack_without_status"] += 1
+        elif self._phase is Phase.WAITING_ACK:
+            # the reported file group is in the table now: drop it without deleting a file (a stop that follows
+            # before any START, as after a graceful stop's last commit, must not take it for an unreported one)
+            effects.append(Forget())
         offset = ack.offsets.get(self._tp)
         if offset is not None:
             effects.append(CommitConsumerOffset(offset))

@@ -14,12 +14,12 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from connector import logs
 from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
-from connector.protocol.channel import ControlChannel
+from connector.protocol.channel import ControlChannel, identity
 from connector.clock import Clock, Deadline, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, RecordError, SetupError
@@ -146,7 +146,9 @@ class Worker:
         # whose channel opens after a START (a restart, a slow start beside the coordinator) still takes part.
         self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name,
                                        f"worker {self.worker_id}", dict(cfg.producer_overrides),
-                                       dict(cfg.consumer_overrides)).open(replay_last=REPLAY_LAST)
+                                       dict(cfg.consumer_overrides),
+                                       identity=identity(self._store.root.delta_uri, cfg.kafka_topic_names),
+                                       ).open(replay_last=REPLAY_LAST)
         self._consumer = Consumer({
             "bootstrap.servers": cfg.kafka_bootstrap_servers,
             "group.id": cfg.kafka_group_id,
@@ -342,10 +344,9 @@ class Worker:
         runner.delivered_next = offset
 
     def _logical(self, offset: int | None) -> int:
-        """A START's offset for the consumer: None (no committed offset in the table) is kafka.auto.offset.reset."""
-        if offset is not None:
-            return offset
-        return OFFSET_BEGINNING if self.cfg.kafka_auto_offset_reset == "earliest" else OFFSET_END
+        """A START's offset for the consumer: None (no committed offset in the table, and the coordinator chose the
+        partition's beginning: kafka.auto.offset.reset=latest it resolves to an offset itself) is the beginning."""
+        return OFFSET_BEGINNING if offset is None else offset
 
     def _reassign(self) -> None:
         """The consumer refuses to seek a partition whose fetch failed out of range until it is assigned again, and

@@ -158,3 +158,25 @@ def dead_letter_config(prefix: str, bootstrap: str, topic: str, table, dlq: str,
                 "errors.deadletterqueue.context.headers.enable": "true"}
     settings.update({k: str(v) for k, v in extra.items()})
     return config_from_dict(settings)
+
+
+class FakeChannel:
+    """A control channel for unit tests of a role's service: what it sends is kept in `sent`, what `inbox` holds is
+    what its next poll reads."""
+
+    def __init__(self):
+        from collections import Counter
+
+        self.sent: list = []
+        self.inbox: list = []
+        self.stats: Counter = Counter()
+
+    def send(self, msg, flush=True):
+        self.sent.append(msg)
+
+    def poll(self, timeout_s=0.1):
+        out, self.inbox = self.inbox, []
+        return out
+
+    def close(self):
+        pass

@@ -110,6 +110,8 @@ def _cmd_validate(args) -> int:
         return 2
     _say(f"{args.config}: valid")
     cfg = _load(args)
+    for warning in cfg.warnings():
+        _say(f"  warning: {warning}")
     try:
         store = Store.for_config(cfg)
     except SetupError as exc:
@@ -134,12 +136,17 @@ def _validate_storage(store, connector: str) -> int:
 
 
 def _validate_table(cfg, store) -> int:
-    """The target table, if it exists: refused (exit 2, one line naming the feature), or how it is written."""
+    """The target table, if it exists: refused (exit 2, one line naming the feature, or what the first commit of this
+    configuration would refuse: connector/table/preflight.py), or how it is written."""
+    import pyarrow as pa
+
     from connector.table.features import read_profile
+    from connector.table.preflight import config_refusal
 
     try:
         table = store.delta_table()
         profile = read_profile(table) if table is not None else None
+        schema = pa.schema(table.schema().to_arrow()) if table is not None else None
     except Exception as exc:  # noqa: BLE001 - delta-rs cannot read the table's log
         _say(f"table {cfg.table_path}: cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
         return 2
@@ -149,6 +156,10 @@ def _validate_table(cfg, store) -> int:
     refusal = profile.refusal()
     if refusal:
         _say(f"table {cfg.table_path}: lakesink cannot write it: {refusal}")
+        return 2
+    refusal = config_refusal(cfg, schema, profile.partition_columns)
+    if refusal:
+        _say(f"table {cfg.table_path}: the first commit would fail: {refusal}")
         return 2
     how = "the fast path (files added as written)" if profile.fast_path else \
         f"Delta's writer ({'; '.join(profile.slow_path_reasons())})"

@@ -20,6 +20,7 @@ from connector import secrets
 from connector.protocol.channel import read_tail
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
+from connector.metrics import DeadLetterStreak
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
@@ -40,12 +41,15 @@ TAIL = 2000
 LAST_COMMITS = 5
 
 
-def control_view(messages: list[Message], now: float | None = None) -> dict[str, Any]:
-    """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits, and the
-    error of a coordinator that gave up a commit and stopped (`failed`: None once a START followed it)."""
+def control_view(messages: list[Message], now: float | None = None, dead_letter_txns: int = 0) -> dict[str, Any]:
+    """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits, the
+    error of a coordinator that gave up a commit and stopped (`failed`: None once a START followed it), and the
+    commits in a row whose every record was dead-lettered (`dead_lettering`, from the PROGRESS records; `degraded`
+    at `dead_letter_txns`, health.deadletter.transactions, as the coordinator's /health says)."""
     now = time.time() if now is None else now
     view: dict[str, Any] = {"messages": len(messages), "latest_epoch": None, "in_flight": None,
-                            "last_commits": [], "last_message_age_s": None, "workers": [], "failed": None}
+                            "last_commits": [], "last_message_age_s": None, "workers": [], "failed": None,
+                            "dead_lettering": None}
     if not messages:
         return view
     view["latest_epoch"] = max(m.epoch for m in messages)
@@ -82,12 +86,23 @@ def control_view(messages: list[Message], now: float | None = None) -> dict[str,
         f = failed[-1]
         view["failed"] = {"epoch": f.epoch, "txn": f.txn, "attempts": f.attempts, "error": f.error,
                           "age_s": round(max(0.0, now - f.sent_at), 1)}
+    streak = DeadLetterStreak()
+    for m in messages:
+        if isinstance(m, Progress):
+            streak.observe(_count(m.payload.get("rows")), _count(m.payload.get("records_dead_lettered")), m.epoch, m.txn)
+    if streak.transactions:
+        view["dead_lettering"] = {**streak.describe(),
+                                  "degraded": 0 < dead_letter_txns <= streak.transactions}
     progress = [m for m in messages if isinstance(m, Progress)][-LAST_COMMITS:]
     view["last_commits"] = [{**{k: m.payload.get(k) for k in ("txn", "epoch", "table_version", "rows", "bytes",
                                                                  "rows_per_s", "commit_duration_s", "lag",
                                                                  "records_dead_lettered")},
                              "age_s": round(max(0.0, now - m.sent_at), 1)} for m in progress]
     return view
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def collect(cfg: LakesinkConfig) -> dict[str, Any]:
@@ -101,7 +116,7 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - status shows what it can
         messages = []
         out["problems"].append(f"control topic {cfg.control_topic_name}: {exc}")
-    out["control"] = control_view(messages)
+    out["control"] = control_view(messages, dead_letter_txns=cfg.health_deadletter_transactions)
 
     sink = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg))
     committed: dict = {}
@@ -164,6 +179,11 @@ def render(s: dict[str, Any]) -> str:
     if failed:
         lines.append(f"FAILED     the coordinator stopped {failed['age_s']} s ago after {failed['attempts']} failed "
                      f"commit(s): {failed['error']}")
+    dead = c.get("dead_lettering")
+    if dead and dead["degraded"]:
+        lines.append(f"DEGRADED   the last {dead['transactions']} commits dead-lettered every record ({dead['records']} "
+                     f"records since txn {dead['since_txn']} of epoch {dead['since_epoch']}): no row reaches the "
+                     f"table; the dead letters' __connect.errors.exception.message says why")
     f = c["in_flight"]
     if f:
         lines.append(f"txn        {f['txn']} (epoch {f['epoch']}): {f['phase']}, {f['write_statuses']}/"

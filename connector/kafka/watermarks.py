@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -34,6 +34,29 @@ def list_offsets(admin: AdminClient, partitions: Iterable[TopicPartition], earli
             out[(tp.topic, tp.partition)] = future.result(timeout_s).offset
         except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: that partition has no answer
             log.debug("no %s offset for %s-%d: %s", "earliest" if earliest else "latest", tp.topic, tp.partition, exc)
+    return out
+
+
+def topic_ids(admin: AdminClient, topics: Iterable[str], timeout_s: float = 5.0) -> dict[str, str]:
+    """The Kafka topic id of each topic (a topic deleted and created again has another), as its text. Topics the
+    broker does not answer for (missing, not authorized, a timeout) are left out."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout_s)
+    except (KafkaException, ValueError) as exc:
+        log.warning("describing topics %s failed: %s", ", ".join(names), exc)
+        return out
+    for name, future in futures.items():
+        try:
+            topic_id = future.result(timeout_s).topic_id
+        except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: that topic has no answer
+            log.debug("no topic id for %s: %s", name, exc)
+            continue
+        if topic_id is not None and str(topic_id) not in ("", "AAAAAAAAAAAAAAAAAAAAAA"):  # the zero Uuid: unknown
+            out[name] = str(topic_id)
     return out
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connector.errors import ProtocolError, SetupError
+from connector.errors import NameConflictError, ProtocolError, SetupError
 from connector.protocol.messages import (
     CommitFailed,
     DecodeError,
@@ -133,6 +133,29 @@ def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
         consumer.close()
 
 
+def identity(table: str, topics) -> dict[str, object]:
+    """What a connector writes, as its control messages carry it (`identity`): the table's location and its
+    source topics. Every process of one connector has the same; two connectors that share a name do not."""
+    return {"table": table, "topics": sorted(topics)}
+
+
+def name_conflict(connector: str, control_topic: str, own: dict | None, other: dict | None) -> str | None:
+    """The one-line error when a message of `connector` comes from a connector that writes something else: two
+    connectors with one name on one control topic would take each other's messages as their own (and fence each
+    other in a loop). None when they agree, or a message carries no identity (an older lakesink)."""
+    if own is None or other is None or own == other:
+        return None
+
+    def what(ident: dict) -> str:
+        topics = ident.get("topics")
+        shown = ", ".join(map(str, topics)) if isinstance(topics, list) else "?"
+        return f"table {ident.get('table', '?')}, topics {shown}"
+
+    return (f"another connector named {connector} ({what(other)}) uses control topic {control_topic}: give each "
+            f"connector its own name (this one: {what(own)}; every process of one connector needs the same table "
+            f"and topics)")
+
+
 def without_secrets(msg: Message) -> Message:
     """The message with the process's secret values scrubbed from its free text: a COMMIT_FAILED's error (an
     exception's text, maybe a storage client's echoing a credential) and a PROGRESS's payload. The other fields are
@@ -153,6 +176,9 @@ class ControlChannel:
     producer_overrides: dict[str, str] = field(default_factory=dict)
     consumer_overrides: dict[str, str] = field(default_factory=dict)
     stats: Counter = field(default_factory=Counter)
+    # this connector's `identity(...)`, stamped on every message sent; a message of this connector's name with
+    # another raises NameConflictError (None: neither stamped nor checked)
+    identity: dict | None = None
 
     def __post_init__(self) -> None:
         common = {"bootstrap.servers": self.bootstrap}
@@ -184,6 +210,8 @@ class ControlChannel:
             msg = self._decode(raw.value())
             if msg is None or msg.connector != self.connector:
                 continue
+            if name_conflict(self.connector, self.topic, self.identity, msg.identity):
+                continue  # an earlier configuration's, or another connector's: not ours to replay
             if isinstance(msg, StartCommit):
                 latest = [msg]
             elif isinstance(msg, EndCommit) and latest and (msg.epoch, msg.txn) == (latest[0].epoch, latest[0].txn):
@@ -194,6 +222,8 @@ class ControlChannel:
     def send(self, msg: Message, flush: bool = True) -> None:
         if msg.connector != self.connector:
             raise ProtocolError(f"{self.role} of {self.connector!r} tried to send a message of {msg.connector!r}")
+        if self.identity is not None and msg.identity is None:
+            msg = replace(msg, identity=self.identity)
         self._producer.produce(self.topic, key=self.connector.encode(), value=encode(without_secrets(msg)),
                                partition=0)
         self.stats[f"sent_{type(msg).__name__}"] += 1
@@ -226,6 +256,9 @@ class ControlChannel:
             if msg.connector != self.connector:
                 self.stats["other_connector"] += 1
                 continue
+            conflict = name_conflict(self.connector, self.topic, self.identity, msg.identity)
+            if conflict is not None:
+                raise NameConflictError(conflict)
             out.append(msg)
         return out
 

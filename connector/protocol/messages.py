@@ -58,6 +58,9 @@ class _Envelope:
     _: KW_ONLY
     message_id: str = field(default_factory=_new_message_id)
     sent_at: float = field(default_factory=time.time)
+    # what the sending connector writes: {"table": location, "topics": [...]}, stamped by the channel. Two
+    # connectors that share a name (and a control topic) tell each other apart by it; None in older messages.
+    identity: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,7 @@ _ENCODERS: dict[str, Callable[[Any], Any]] = {
     "schemas": list,
     "key_fields": list,
     "payload": dict,
+    "identity": lambda value: None if value is None else dict(value),
 }
 
 
@@ -368,4 +372,5 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "schema": _optional_str,
     "error": _str,
     "attempts": _count,
+    "identity": _object,
 }

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from connector.storage.store import Location, Store
 from connector.table import delta_writer, merge
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
+from connector.table.preflight import partitioning_refusal
 from connector.table.delta_log import DeltaLogCommitter, TableExistsError
 from connector.table.failures import Failure, classify
 from connector.formats.fit import Mismatch
@@ -98,6 +99,8 @@ class Recovered:
     version: int | None  # txn version of the last lakesink commit, None when there is none
     offsets: Offsets
     table_version: int | None  # Delta table version, None when the table does not exist
+    # the Kafka topic id of each topic the offsets belong to (none in a table of an older lakesink)
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def epoch(self) -> int:
@@ -193,11 +196,9 @@ class DeltaTableSink:
         found = self.profile() if dt is None else read_profile(dt)
         if found is not None:
             found.check_supported(self.table_path)
-            if self.partition_by and tuple(self.partition_by) != tuple(found.partition_columns):
-                raise UnsupportedTableError(
-                    f"partition.field.name={','.join(self.partition_by)} but {self.table_path} is partitioned by "
-                    f"{','.join(found.partition_columns) or 'no column'}: set partition.field.name to the table's "
-                    f"partition columns, or leave it empty to follow the table")
+            partitioning = partitioning_refusal(self.table_path, self.partition_by, found.partition_columns)
+            if partitioning:
+                raise UnsupportedTableError(partitioning)
         self.last_profile = found
         return found
 
@@ -213,7 +214,8 @@ class DeltaTableSink:
             version = self.expired_txn_version(dt)
             if version is None:
                 return Recovered(None, {}, dt.version())
-        return Recovered(version, self.offsets_at(version, dt.version()), dt.version())
+        offsets, topic_ids = self.committed_at(version, dt.version())
+        return Recovered(version, offsets, dt.version(), topic_ids)
 
     def expired_txn_version(self, dt) -> int | None:
         """The connector's last committed txn version when the table no longer reports its txn: a table with
@@ -245,12 +247,18 @@ class DeltaTableSink:
         """The offsets committed with txn version `version`: those of its manifest, except for an epoch claim
         that a commit of the older coordinator overtook (it landed between the claimer's recovery and its claim,
         so the claim carried older offsets forward): then that commit's. Read-only."""
+        return self.committed_at(version, latest_table_version)[0]
+
+    def committed_at(self, version: int, latest_table_version: int) -> tuple[Offsets, dict[str, str]]:
+        """(offsets, topic ids) committed with txn version `version` (offsets_at); the topic ids are those the
+        offsets were read from ({} in a manifest of an older lakesink)."""
         manifest = self.read_manifest(version)
         if manifest is None:
             raise CommitError(
                 f"table {self.table_path} records lakesink txn version {version} for connector {self.app_id!r} "
                 f"but its manifest {self._manifest_path(version)} is missing: the _lakesink folder was removed or "
-                f"the table was copied without it; restore it, or start a new connector name to re-ingest.",
+                f"the table was copied without it; restore it, or start a new connector name (with "
+                f"rename.policy=ignore) to re-ingest.",
                 permanent=True)
         if manifest.get("txn") == 0 and manifest.get("base_table_version") is not None:
             overtaking = self._overtaking_commit(version, manifest.get("base_version"),
@@ -259,9 +267,11 @@ class DeltaTableSink:
                 log.warning("the epoch claim %d carried the offsets of txn version %s forward, but txn version %d "
                             "was committed in between: its offsets are the committed ones", version,
                             manifest.get("base_version"), overtaking)
-                return self.offsets_at(overtaking, latest_table_version)
+                return self.committed_at(overtaking, latest_table_version)
+        ids = manifest.get("topic_ids")
+        topic_ids = {str(k): str(v) for k, v in ids.items()} if isinstance(ids, dict) else {}
         try:
-            return decode_offsets(manifest["offsets"])
+            return decode_offsets(manifest["offsets"]), topic_ids
         except (KeyError, DecodeError) as exc:
             raise CommitError(f"manifest {self._manifest_path(version)} holds no readable offsets ({exc}): restore "
                               f"it from a backup of the table's _lakesink folder", permanent=True) from None
@@ -301,13 +311,15 @@ class DeltaTableSink:
     # --- the commit recipe ---------------------------------------------------------------------------------
 
     def write_manifest(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...],
-                       claim_base: Recovered | None = None) -> None:
+                       claim_base: Recovered | None = None, topic_ids: dict[str, str] | None = None) -> None:
         """Step 1, put-if-absent: a second writer of the same version is fenced unless it is this instance.
-        An epoch claim records what its offsets were recovered from (`claim_base`), see offsets_at."""
+        An epoch claim records what its offsets were recovered from (`claim_base`), see offsets_at. `topic_ids`:
+        the Kafka topic id of each topic the offsets belong to, checked before every START."""
         epoch, txn = split_version(version)
         body = {
             "version": version, "epoch": epoch, "txn": txn, "instance": self.instance, "connector": self.app_id,
-            "offsets": encode_offsets(offsets), "created_at": time.time(),
+            "offsets": encode_offsets(offsets), "topic_ids": dict(sorted((topic_ids or {}).items())),
+            "created_at": time.time(),
             "groups": [{"topic": s.topic, "partition": s.partition, "start_offset": s.start_offset,
                         "next_offset": s.next_offset, "rows": s.rows, "files": [f.path for f in s.files]}
                        for s in statuses],
@@ -325,7 +337,8 @@ class DeltaTableSink:
         self.store.write_file(path, data)  # this coordinator's own, from an earlier attempt of the txn
 
     def commit(self, version: int, offsets: Offsets, statuses: tuple[WriteStatus, ...],
-               expect_new_table: bool = False, claim_base: Recovered | None = None) -> CommitResult:
+               expect_new_table: bool = False, claim_base: Recovered | None = None,
+               topic_ids: dict[str, str] | None = None) -> CommitResult:
         """Steps 1-3 for one txn. Raises FencedError when a newer epoch owns the table, CommitError otherwise."""
         statuses = self.resolve(statuses)
         files = [f for s in statuses for f in s.files if f.rows > 0]
@@ -338,7 +351,7 @@ class DeltaTableSink:
             # Nothing to write and no table to record offsets in: offsets advance only past failed records,
             # which are re-read and re-routed after a restart; nothing is lost.
             return CommitResult(version, None, 0, 0, 0, skipped_empty=True)
-        self.write_manifest(version, offsets, statuses, claim_base)
+        self.write_manifest(version, offsets, statuses, claim_base, topic_ids)
         fault_point("coordinator.after-manifest")
         claimer = self.highest_manifest_epoch()
         if claimer > split_version(version)[0]:
@@ -386,7 +399,8 @@ class DeltaTableSink:
         (rows written, rows rejected by the table's constraints) when Delta's writer ran, else None."""
         spark = self._spark()
         epoch, txn = split_version(version)
-        user_metadata = json.dumps({"lakesink": {"epoch": epoch, "txn": txn, "instance": self.instance}})
+        user_metadata = json.dumps({"lakesink": {"epoch": epoch, "txn": txn, "instance": self.instance,
+                                                 "connector": self.app_id}})
         dt = self._delta()  # one snapshot for the schema and the features
         table_schema = _table_schema(dt)
         profile = self.check_supported(dt) if dt is not None else None
@@ -559,13 +573,22 @@ class DeltaTableSink:
         staged = unify(fold_case([fs for _, fs in files], table_schema))  # `Name` is the table's `name`
         self._check_names(staged, profile, version)
         keys = self.merge_keys(statuses)
-        needed = (*keys, PARTITION, OFFSET, *((self.upsert.order_column,) if self.upsert.order_column else ()))
+        for key in keys:  # a txn of truncates only stages no key column: the table's, null
+            if staged.get_field_index(key) < 0 and table_schema is not None and table_schema.get_field_index(key) >= 0:
+                staged = staged.append(table_schema.field(key))
+        order = self.upsert.order_path(staged.names)
+        needed = (*keys, PARTITION, OFFSET)
         missing = [c for c in needed if staged.get_field_index(c) < 0]
         if missing:
             raise CommitError(f"the staged rows of txn version {version} lack the column(s) {', '.join(missing)} "
                               f"that write.mode={self.upsert.mode} needs: check record.key.fields and "
                               f"upsert.order.field, and run every worker at this lakesink version", permanent=True)
         wanted = merge.table_columns(self.upsert, staged)
+        order_in_table = bool(order) and (table_schema is None or table_schema.get_field_index(order[0]) >= 0)
+        if not order_in_table and order and self.upsert.order_field is None and not self.schema_evolution:
+            # the source position of Debezium events, which a table made before lakesink kept it lacks: it orders
+            # the txn's changes, and Kafka order the changes against the table's rows
+            wanted = pa.schema([f for f in wanted if f.name != order[0]])
         if table_schema is not None and not self.schema_evolution:
             new = [n for n in wanted.names if table_schema.get_field_index(n) < 0]
             if new:
@@ -573,7 +596,9 @@ class DeltaTableSink:
                                   f"schema.evolution=true to add them, or add them to the table", permanent=True)
         self._enable_timestamp_ntz(spark, profile, wanted)
         identity = profile.identity if profile is not None else {}
-        plan = merge.MergePlan(self.upsert, keys, tuple(n for n in wanted.names if identity.get(n, True)))
+        plan = merge.MergePlan(self.upsert, keys, tuple(n for n in wanted.names if identity.get(n, True)),
+                               order_in_table or table_schema is None,
+                               tuple(n for n in wanted.names if identity.get(n) is True))
         total = sum(f.rows for f, _ in files)
         rejected = 0
         if profile is None or not (profile.constraints or profile.generated):
@@ -585,7 +610,9 @@ class DeltaTableSink:
                     self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by,
                     schema=None, expect_new_table=False, user_metadata=user_metadata)
                 return 0, rejected
-        source = merge.source(df, plan)
+        df, truncated = merge.truncation(df, plan)
+        table = None if table_schema is None else spark.read.format("delta").load(self.store.root.spark_path)
+        source = merge.source(df, plan, table)
         partition_by = profile.partition_columns if profile is not None else self.partition_by
         log.info("txn version %d: MERGE on %s (write.mode=%s) into %s", version, ",".join(keys), self.upsert.mode,
                  self.table_path)
@@ -600,7 +627,7 @@ class DeltaTableSink:
 
                 target = DeltaTable.forPath(spark, self.store.root.spark_path)
                 merge.run(spark, target, source, plan, tuple(partition_by), self.app_id, version, user_metadata,
-                          self.schema_evolution)
+                          self.schema_evolution, truncated)
         except Exception as exc:  # noqa: BLE001
             self._raise_if_created_by_another(exc, expect_new_table)
             raise
@@ -804,13 +831,13 @@ class DeltaTableSink:
             self._spark_ready = True
         return spark
 
-    def claim_epoch(self, recovered: Recovered) -> int:
+    def claim_epoch(self, recovered: Recovered, recover: Callable[[], Recovered] | None = None) -> int:
         """Fence older coordinators: commit an empty append at `epoch << 32` carrying the offsets forward, with
         `epoch` above the table's and above every manifest's (a crashed or live coordinator's write-ahead manifest
         of a newer epoch is never reused). Before the table exists there is nothing to fence; the commit that
         creates it is put-if-absent. A claim that loses Delta's conflict check to a commit of the coordinator it
         fences (ConcurrentTransactionException: both set this connector's txn version) is claimed again from a
-        fresh recovery."""
+        fresh recovery (`recover`, by default `self.recover`). The claim records the topic ids with the offsets."""
         attempt = 1
         while True:
             epoch = max(recovered.epoch, self.highest_manifest_epoch()) + 1
@@ -818,7 +845,7 @@ class DeltaTableSink:
                 return epoch
             version = txn_version(epoch, 0)
             try:
-                self.commit(version, recovered.offsets, (), claim_base=recovered)
+                self.commit(version, recovered.offsets, (), claim_base=recovered, topic_ids=recovered.topic_ids)
                 log.info("claimed epoch %d on %s (txn version %d)", epoch, self.table_path, version)
                 return epoch
             except CommitError as exc:
@@ -827,7 +854,7 @@ class DeltaTableSink:
                 log.warning("epoch claim %d lost to a concurrent commit (%s); recovering and claiming again",
                             version, exc)
                 time.sleep(random.uniform(0.1, 1.0))  # off the rhythm of the other coordinator's commits
-                recovered = self.recover()
+                recovered = (recover or self.recover)()
                 attempt += 1
 
     # --- housekeeping --------------------------------------------------------------------------------------

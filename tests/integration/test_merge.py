@@ -17,9 +17,10 @@ from connector.config import config_from_dict
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
+from connector.schema.columns import TOPIC as TOPIC_COLUMN
 from connector.table import merge
 from connector.table.sink import DeltaTableSink, txn_tag
-from connector.upsert import DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
+from connector.upsert import ABSENT, DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 from coordinator.service import CoordinatorService
 from participant.filegroup import FileGroupWriter
 
@@ -29,7 +30,9 @@ APP = "merge-app"
 TOPIC = "changes"
 TYPES = {"id": pa.int64(), "region": pa.string(), "name": pa.string(), "seq": pa.int64(), "amount": pa.float64(),
          "extra": pa.string(), DELETE_MARKER: pa.bool_(), PARTITION: pa.int32(), OFFSET: pa.int64(),
-         TIMESTAMP: pa.timestamp("us", tz="UTC")}
+         TIMESTAMP: pa.timestamp("us", tz="UTC"), TOPIC_COLUMN: pa.string(), ABSENT: pa.list_(pa.string()),
+         "meta": pa.struct([("version", pa.int64())]), "at": pa.timestamp("us", tz="UTC"),
+         "serial": pa.int64()}
 
 
 @dataclass(frozen=True)
@@ -395,3 +398,127 @@ def test_hard_deletes_of_keys_a_ruled_table_lacks_are_no_ops(spark, tmp_path):
     c.apply([{"id": 9, "delete": True}, {"id": 1, "name": "a1", "amount": 1.0}, {"id": 2, "name": "b1", "amount": 2.0}])
     c.apply([{"id": 1, "delete": True}, {"id": 7, "delete": True}])
     assert {k: (v["name"], v["amount"]) for k, v in c.rows().items()} == {2: ("b1", 2.0)}
+
+
+# --- the keyed-write rules (docs/ARCHITECTURE.md, "The keyed-write rules"; streams: test_keyed_rules.py) -------
+
+
+def _at(second: int) -> datetime:
+    return datetime(2024, 5, 1, 12, 0, second, tzinfo=timezone.utc)
+
+
+def _placed(changes: list[dict], topic: str = TOPIC) -> list[dict]:
+    return [{TOPIC_COLUMN: topic, **c} for c in changes]
+
+
+def test_between_partitions_the_later_record_time_wins_and_an_old_backlog_never_overwrites(spark, tmp_path):
+    """Before, the higher partition number won whatever happened first, and a key that moved partition let the old
+    partition's backlog overwrite newer state."""
+    c = Changes(spark, tmp_path / "t", _upsert(meta=True))
+    c.commit(c.status(_placed([{"id": 1, "name": "p0-late", TIMESTAMP: _at(5)}]), partition=0),
+             c.status(_placed([{"id": 1, "name": "p1-early", TIMESTAMP: _at(3)}]), partition=1))
+    assert _names(c.rows()) == {1: "p0-late"}, "in one txn: the later record time, not the higher partition"
+    c.commit(c.status(_placed([{"id": 1, "name": "p1-backlog", TIMESTAMP: _at(4)}]), partition=1))
+    assert _names(c.rows()) == {1: "p0-late"}, "an older change from another partition never overwrites"
+    c.commit(c.status(_placed([{"id": 1, "name": "p0-again", TIMESTAMP: _at(1)}]), partition=0))
+    assert _names(c.rows()) == {1: "p0-again"}, "in the row's own partition, offset order whatever the time"
+    c.commit(c.status(_placed([{"id": 1, "name": "p1-new", TIMESTAMP: _at(9)}]), partition=1))
+    assert _names(c.rows()) == {1: "p1-new"}
+
+
+def test_two_topics_into_one_table_are_ordered_by_record_time(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(meta=True))
+    c.commit(c.status(_placed([{"id": 1, "name": "a-new", TIMESTAMP: _at(7)}], "a"), partition=0),
+             c.status(_placed([{"id": 1, "name": "b-old", TIMESTAMP: _at(2)}], "b"), partition=1))
+    assert _names(c.rows()) == {1: "a-new"}
+
+
+def test_a_tombstone_takes_the_order_value_of_the_change_before_it_in_its_partition(spark, tmp_path):
+    """Before, a tombstone had no order value: it lost inside the txn and never matched the table's row, so deleted
+    keys were never deleted."""
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, order_field="seq", meta=True))
+    c.apply(_placed([{"id": 1, "name": "a", "seq": 5, TIMESTAMP: _at(1)},
+                     {"id": 2, "name": "b", "seq": 3, TIMESTAMP: _at(1)}, {"id": 2, "delete": True, TIMESTAMP: _at(2)},
+                     {"id": 3, "name": "c", "seq": 7, TIMESTAMP: _at(1)}, {"id": 3, "delete": True, TIMESTAMP: _at(2)},
+                     {"id": 3, "name": "c-late", "seq": 4, TIMESTAMP: _at(3)}]))
+    assert _names(c.rows()) == {1: "a"}, "a tombstone after seq 7 is at 7: a later seq 4 is older"
+    c.apply(_placed([{"id": 1, "delete": True, TIMESTAMP: _at(4)}]))
+    assert c.rows() == {}, "a tombstone in a later txn deletes the row its partition wrote before it"
+
+
+def test_a_nested_order_field_orders_changes(spark, tmp_path):
+    c = Changes(spark, tmp_path / "t", _upsert(order_field="meta.version"))
+    c.apply([{"id": 1, "name": "v2", "meta": {"version": 2}}, {"id": 1, "name": "v1", "meta": {"version": 1}}])
+    c.apply([{"id": 1, "name": "v0", "meta": {"version": 0}}, {"id": 2, "name": "b", "meta": {"version": 1}}])
+    assert _names(c.rows()) == {1: "v2", 2: "b"}
+    c.apply([{"id": 1, "name": "v3", "meta": {"version": 3}}])
+    assert _names(c.rows())[1] == "v3"
+
+
+def test_an_update_keeps_the_columns_its_change_does_not_carry(spark, tmp_path):
+    """upsert.missing.fields=keep: a partial document sets its fields only (before, every other column became
+    null); within a txn a key's changes fold field by field, and a delete in between starts over."""
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True))
+    c.apply([{"id": 1, "name": "a", "amount": 1.0, ABSENT: None}, {"id": 2, "name": "b", "amount": 2.0, ABSENT: None},
+             {"id": 3, "name": "c", "amount": 3.0, ABSENT: None}])
+    c.apply([{"id": 1, "name": None, "amount": 10.0, ABSENT: ["name"]},
+             {"id": 2, "name": None, "amount": 20.0, ABSENT: ["name"]},
+             {"id": 2, "name": "b2", "amount": None, ABSENT: ["amount"]},
+             {"id": 3, "delete": True, ABSENT: None}, {"id": 3, "name": None, "amount": 30.0, ABSENT: ["name"]},
+             {"id": 4, "name": None, "amount": 40.0, ABSENT: ["name"]}])
+    assert {k: (v["name"], v["amount"]) for k, v in c.rows().items()} == {
+        1: ("a", 10.0), 2: ("b2", 20.0), 3: (None, 30.0), 4: (None, 40.0)}
+    c.apply([{"id": 1, "name": None, "amount": None, ABSENT: ["amount"]}])
+    assert c.rows()[1]["name"] is None and c.rows()[1]["amount"] == 10.0, "an explicit null sets null"
+    assert ABSENT not in c.columns()
+
+
+def test_a_by_default_identity_column_is_kept_or_generated_where_a_change_gives_none(spark, tmp_path):
+    """Before, the MERGE assigned the staged null: a txn where some records gave the identity and some did not
+    wrote nulls. Delta refuses an UPDATE of an identity column, so an update keeps the row's value."""
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING, serial BIGINT GENERATED BY DEFAULT AS "
+              f"IDENTITY) USING delta")
+    c = Changes(spark, table, _upsert())
+    c.txn = 1
+    c.apply([{"id": 1, "name": "a", "serial": 100}, {"id": 2, "name": "b", "serial": None}])
+    first = {k: v["serial"] for k, v in c.rows().items()}
+    assert first[1] == 100 and first[2] is not None, "given, or generated by Delta"
+    c.apply([{"id": 1, "name": "a2", "serial": None}, {"id": 2, "name": "b2", "serial": 7},
+             {"id": 3, "name": "c", "serial": None}])
+    rows = c.rows()
+    assert {k: v["serial"] for k, v in rows.items() if k != 3} == first, "an update never sets an identity column"
+    assert rows[3]["serial"] is not None and _names(rows) == {1: "a2", 2: "b2", 3: "c"}
+
+
+def test_a_key_partitioned_by_a_timestamp_matches_its_rows_in_any_host_time_zone(spark, tmp_path, monkeypatch):
+    """The MERGE names the txn's partition values in its condition; they went through PySpark's host-local
+    datetimes, so on a host not on UTC they matched nothing and the upsert inserted a duplicate."""
+    import time
+
+    c = Changes(spark, tmp_path / "t", _upsert(key_fields=("id", "at")), partition_by=("at",))
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        c.apply([{"id": 1, "at": _at(1), "name": "a1"}])
+        c.apply([{"id": 1, "at": _at(1), "name": "a2"}])
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    rows = c.spark.read.format("delta").load(str(c.table)).collect()
+    assert [r["name"] for r in rows] == ["a2"]
+
+
+def test_a_partial_change_is_held_to_the_tables_rules_with_the_values_it_keeps(spark, tmp_path):
+    """upsert.missing.fields=keep on a table with a NOT NULL column: an update that does not carry the column keeps
+    the row's value, so it breaks no rule; an insert of a new key without it does (a NOT NULL record error)."""
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING NOT NULL, amount DOUBLE) USING delta")
+    lettered = []
+    c = Changes(spark, table, _upsert(), errors_tolerance="all", dead_letter=lettered.extend)
+    c.txn = 1
+    c.apply([{"id": 1, "name": "a", "amount": 1.0, ABSENT: None}])
+    c.apply([{"id": 1, "name": None, "amount": 2.0, ABSENT: ["name"]},
+             {"id": 2, "name": None, "amount": 3.0, ABSENT: ["name"]}])
+    assert {k: (v["name"], v["amount"]) for k, v in c.rows().items()} == {1: ("a", 2.0)}
+    assert [(v.constraint.name, v.offset) for v in lettered] == [("NOT NULL", 2)]

@@ -156,10 +156,16 @@ def test_above_the_end_of_a_recreated_topic_fail_stops_and_latest_goes_on_from_i
     produce_json(kafka_bootstrap, topic, 20, partitions=1, start=1000)  # offsets 0..19, ids 1000..1019
     version = _table_version(_table(tmp_path))
     rows = _rows(_table(tmp_path))
+    from connector.kafka.watermarks import topic_ids
+    from connector.table.sink import DeltaTableSink
+
+    old_id, new_id = DeltaTableSink(str(_table(tmp_path)), name).recover().topic_ids[topic], \
+        topic_ids(admin, [topic])[topic]
 
     log = _fails(tmp_path, _config(tmp_path, kafka_bootstrap, topic, name), "fail.log")
-    assert (f"lakesink: committed offsets outside what their partitions hold: {topic}-0 committed 100, end 20 "
-            f"(the partition holds 0..20)") in log, log[-3000:]
+    assert (f"lakesink: topic {topic} was deleted and created again since its offsets were committed: its topic id "
+            f"was {old_id} then and is {new_id} now, so the committed offsets {topic}-0@100 belong to a topic that no "
+            f"longer exists") in log, log[-3000:]
     assert _table_version(_table(tmp_path)) == version and _rows(_table(tmp_path)) == rows, "nothing committed"
 
     config = _config(tmp_path, kafka_bootstrap, topic, name, **{"offset.reset.policy": "latest"})
@@ -175,7 +181,7 @@ def test_above_the_end_of_a_recreated_topic_fail_stops_and_latest_goes_on_from_i
         "the old topic's rows stay; of the new topic, what came after its end at the reset, once"
     [progress] = [p for p in _progress(kafka_bootstrap, config) if p.get("offsets_skipped")]
     assert progress["offset_resets"] == [{"topic": topic, "partition": 0, "from": 100, "to": 20, "low": 0,
-                                          "high": 20, "skipped": 20}]
+                                          "high": 20, "skipped": 20, "old_topic_id": old_id, "topic_id": new_id}]
     assert "offset.reset.policy=latest: skipping" in (tmp_path / "latest.log").read_text(errors="replace")
 
 

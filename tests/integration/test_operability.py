@@ -277,7 +277,8 @@ def test_errors_tolerance_none_stops_before_the_bad_record_and_schema_evolution_
     # its epoch on this existing table with a commit, which waits for Spark's start-up.
     (tmp_path / "hasty").mkdir()
     hasty = pipeline_config(tmp_path / "hasty", kafka_bootstrap, topic, **{
-        "shutdown.timeout.ms": 500, "target.base.path": str(tmp_path / "tables")})
+        "shutdown.timeout.ms": 500, "target.base.path": str(tmp_path / "tables"),
+        "rename.policy": "ignore"})  # another name on this table's topic: a rename, knowingly
     with LakesinkProcess("run", hasty, tmp_path / "hasty.log") as proc:
         wait_until(lambda: _alive(proc) or "starting coordinator+worker" in Path(proc.log_path).read_text(), 60,
                    "the process to start")

@@ -59,18 +59,21 @@ def test_validate_accepts_the_example_and_exits_0(capsys):
     assert capsys.readouterr().out.splitlines()[0].endswith(": valid")
 
 
-def _table_with(tmp_path, protocol: dict, schema_fields: list[dict], configuration: dict | None = None):
-    """A Delta table of one commit, written as its log file, with the given protocol, schema and configuration."""
+def _table_with(tmp_path, protocol: dict, schema_fields: list[dict], configuration: dict | None = None,
+                extra: str = "connect.meta.data=false\n", partition_columns: tuple[str, ...] = ()):
+    """A Delta table of one commit, written as its log file, with the given protocol, schema and configuration; the
+    connector's config sets `extra` too (by default connect.meta.data=false: a user's table without _kafka_*)."""
     log_dir = tmp_path / "tables" / "events" / "_delta_log"
     log_dir.mkdir(parents=True)
     actions = [{"protocol": protocol},
                {"metaData": {"id": "7f3c", "format": {"provider": "parquet", "options": {}},
                              "schemaString": json.dumps({"type": "struct", "fields": schema_fields}),
-                             "partitionColumns": [], "configuration": configuration or {}, "createdTime": 0}}]
+                             "partitionColumns": list(partition_columns), "configuration": configuration or {},
+                             "createdTime": 0}}]
     (log_dir / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
     config = tmp_path / "c.properties"
     config.write_text(f"name=c\nkafka.bootstrap.servers=127.0.0.1:9\nkafka.topic.names=t\n"
-                      f"target.base.path={tmp_path / 'tables'}\ntarget.table.name=events\n")
+                      f"target.base.path={tmp_path / 'tables'}\ntarget.table.name=events\n{extra}")
     return config
 
 
@@ -96,3 +99,66 @@ def test_validate_says_how_a_users_table_is_written(tmp_path, capsys):
 def test_validate_of_a_missing_file_exits_2(tmp_path, capsys):
     assert main(["validate", "--config", str(tmp_path / "nope.properties")]) == 2
     assert "does not exist" in capsys.readouterr().out
+
+
+USERS_TABLE = [{"name": "id", "type": "long", "nullable": True, "metadata": {}},
+               {"name": "email", "type": "string", "nullable": True, "metadata": {}},
+               {"name": "meta", "type": {"type": "struct", "fields": [
+                   {"name": "version", "type": "long", "nullable": True, "metadata": {}}]},
+                "nullable": True, "metadata": {}},
+               {"name": "region", "type": "string", "nullable": True, "metadata": {}}]
+PLAIN = {"minReaderVersion": 1, "minWriterVersion": 2}
+
+
+def _validate(tmp_path, capsys, extra: str, partition_columns=()) -> tuple[int, str]:
+    config = _table_with(tmp_path, PLAIN, USERS_TABLE, extra=extra, partition_columns=partition_columns)
+    code = main(["validate", "--config", str(config)])
+    return code, capsys.readouterr().out
+
+
+def test_validate_refuses_a_users_table_without_kafka_columns_while_meta_data_is_on(tmp_path, capsys):
+    code, out = _validate(tmp_path, capsys, "")  # connect.meta.data=true and schema.evolution=false: the defaults
+    last = out.splitlines()[-1]
+    assert code == 2, out
+    assert "has no _kafka_topic, _kafka_partition, _kafka_offset, _kafka_timestamp, _kafka_key column(s)" in last
+    assert "set connect.meta.data=false" in last and "schema.evolution=true" in last, last
+
+
+def test_validate_accepts_that_table_with_meta_data_off_or_evolution_on(tmp_path, capsys):
+    assert _validate(tmp_path / "off", capsys, "connect.meta.data=false\n")[0] == 0
+    assert _validate(tmp_path / "evolve", capsys, "schema.evolution=true\n")[0] == 0
+
+
+def test_validate_refuses_what_a_keyed_first_commit_would(tmp_path, capsys):
+    off = "connect.meta.data=false\nwrite.mode=upsert\n"
+    cases = {
+        "key": (off + "record.key.fields=id,tenant\n", "record.key.fields names tenant, which"),
+        "order": (off + "record.key.fields=id\nupsert.order.field=version\n", "upsert.order.field=version is not"),
+        "soft": (off + "record.key.fields=id\ndelete.enabled=true\ndelete.mode=soft\n",
+                 "has no _deleted, _deleted_at column(s), which delete.mode=soft writes"),
+    }
+    for name, (extra, needle) in cases.items():
+        code, out = _validate(tmp_path / name, capsys, extra)
+        assert code == 2 and needle in out.splitlines()[-1], (name, out)
+    nested = off + "record.key.fields=ID\nupsert.order.field=meta.version\n"  # a struct's field; names ignore case
+    assert _validate(tmp_path / "nested", capsys, nested)[0] == 0
+
+
+def test_validate_refuses_another_partitioning(tmp_path, capsys):
+    code, out = _validate(tmp_path, capsys, "connect.meta.data=false\npartition.field.name=email\n", ("region",))
+    assert code == 2 and "partition.field.name=email but" in out and "is partitioned by region" in out, out
+    assert _validate(tmp_path / "same", capsys, "connect.meta.data=false\npartition.field.name=region\n",
+                     ("region",))[0] == 0
+
+
+def test_validate_warns_about_keys_that_have_no_effect_and_removed_ones(tmp_path, capsys):
+    extra = ("connect.meta.data=false\nrecord.key.fields=id\nupsert.order.field=version\ndelete.mode=soft\n"
+             "target.database.name=sales\n")
+    code, out = _validate(tmp_path, capsys, extra)
+    assert code == 0, out
+    warnings = [line for line in out.splitlines() if line.startswith("  warning: ")]
+    assert len(warnings) == 4, out
+    assert any(w.startswith("  warning: target.database.name was removed and is ignored: ") and "catalog" in w
+               for w in warnings), warnings
+    for key in ("record.key.fields", "upsert.order.field", "delete.mode"):
+        assert any(w.startswith(f"  warning: {key} has no effect: ") for w in warnings), (key, warnings)

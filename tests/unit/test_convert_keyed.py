@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from connector.errors import ConfigError
 from connector.schema.columns import META_COLUMNS
 from connector.upsert import (
+    ABSENT,
     CDC_OP,
     CDC_SOURCE_LSN,
+    CDC_SOURCE_POSITION,
     CDC_SOURCE_TS_MS,
     CDC_TS_MS,
     DELETE_MARKER,
@@ -108,8 +110,9 @@ def test_a_postgres_change_stream_stages_one_row_per_change_with_the_delete_mark
     assert result.failures == []
     table = result.table
     data = ["id", "first_name", "last_name", "email"]
-    assert table.column_names == data + [CDC_OP, CDC_TS_MS, CDC_SOURCE_TS_MS, CDC_SOURCE_LSN, DELETE_MARKER,
-                                         *META_COLUMNS]
+    assert table.column_names == data + [ABSENT, CDC_OP, CDC_TS_MS, CDC_SOURCE_TS_MS, CDC_SOURCE_LSN,
+                                         CDC_SOURCE_POSITION, DELETE_MARKER, *META_COLUMNS]
+    assert table.column(ABSENT).null_count == 7, "every event carries every field"
     rows = table.select(data + [DELETE_MARKER, CDC_OP]).to_pylist()
     sally_new = dict(SALLY, email="sally@example.org")
     assert rows == [
@@ -127,6 +130,8 @@ def test_a_postgres_change_stream_stages_one_row_per_change_with_the_delete_mark
     assert table.column(CDC_SOURCE_TS_MS).to_pylist() == [1700000000000] * 3 + [1700000060000, 1700000120000,
                                                                                  1700000180000, None]
     assert table.column(CDC_SOURCE_LSN).to_pylist() == [34054016] * 3 + [34056104, 34058240, 34060392, None]
+    assert table.column(CDC_SOURCE_POSITION).to_pylist() == [f"{lsn:020d}" for lsn in [34054016] * 3 + [
+        34056104, 34058240, 34060392]] + [None], "PostgreSQL: the lsn, zero-padded so that text order is lsn order"
     assert table.column("_kafka_offset").to_pylist() == list(range(FIRST_OFFSET, FIRST_OFFSET + 7))
     assert table.column("_kafka_partition").to_pylist() == [2] * 7
     assert_whole_keys(result, ["id"])
@@ -145,8 +150,8 @@ def test_without_meta_data_only_the_coordinates_are_staged_and_no_cdc_column():
     keys, values = fixture(STREAMS[0])
     result = run(converter(spec(envelope="debezium", delete_enabled=True, meta=False), value_schemas=True), keys,
                  values)
-    assert result.table.column_names == ["id", "first_name", "last_name", "email", DELETE_MARKER,
-                                         "_kafka_partition", "_kafka_offset"]
+    assert result.table.column_names == ["id", "first_name", "last_name", "email", ABSENT, DELETE_MARKER,
+                                         "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
     assert result.table.schema.field("_kafka_partition").type == pa.int32()
     assert result.table.column("_kafka_offset").to_pylist() == list(range(FIRST_OFFSET, FIRST_OFFSET + 7))
 
@@ -165,8 +170,8 @@ def test_in_dedup_mode_no_delete_marker_is_staged():
     keys, values = fixture(STREAMS[1])
     result = run(converter(spec(mode="dedup", envelope="debezium", meta=False)), keys[:5], values[:5])
     assert result.failures == []
-    assert result.table.column_names == ["id", "first_name", "last_name", "email", "_kafka_partition",
-                                         "_kafka_offset"]
+    assert result.table.column_names == ["id", "first_name", "last_name", "email", "_kafka_topic",
+                                         "_kafka_partition", "_kafka_offset", "_kafka_timestamp"]
     assert result.table.column("id").to_pylist() == [1001, 1002, 1003, 1004, 1001]
 
 
@@ -251,7 +256,7 @@ def test_the_kafka_keys_values_are_written_into_the_key_columns():
     (None, "has no Kafka key"),
     (b"1001", "a JSON number, not an object"),
     (b"not json", "not JSON"),
-    (b"\xff{}", "not JSON"),
+    (b"\xff{}", "not UTF-8"),
     (b"{}", "empty JSON object"),
     (js({"id": None}), "'id' of the Kafka key is null"),
     (js({"schema": {}, "payload": {"id": None}}), "'id' of the Kafka key is null"),
@@ -266,11 +271,45 @@ def test_a_key_that_is_not_whole_is_a_missing_key(key, why):
 
 
 @pytest.mark.parametrize("value", [{"id": None, "v": 1}, {"v": 1}])
-def test_a_value_without_its_record_key_field_is_a_missing_key(value):
-    result = run(converter(spec(key_fields=("id",))), [js({"id": 5}), None], [js(value), js({"id": 2, "v": 3})])
-    assert errors(result) == {0: MISSING_KEY}, "the Kafka key fills no key field of a row that is no delete"
-    assert "key field 'id' (record.key.fields) is missing or null in the value" in result.failures[0].error_message
+def test_a_key_field_the_value_lacks_comes_from_the_kafka_key_or_is_a_missing_key(value):
+    result = run(converter(spec(key_fields=("id",))), [js({"id": 5}), None, b"7"],
+                 [js(value), js(value), js(value)])
+    assert errors(result) == {1: MISSING_KEY}, "no Kafka key: nothing fills the key field"
+    assert "key field 'id' (record.key.fields) is missing or null in the value and the Kafka key" in \
+        result.failures[0].error_message
+    assert result.table.column("id").to_pylist() == [5, 7], "an object key's field, and a primitive key"
     assert_whole_keys(result, ["id"])
+
+
+@pytest.mark.parametrize("key, expected", [(b"123", 123), (b'"123"', 123), (b"abc-1", "abc-1"),
+                                           (js({"schema": {"type": "int64"}, "payload": 123}), 123)])
+def test_a_primitive_kafka_key_is_the_one_key_field_of_a_tombstone(key, expected):
+    """The compacted-topic shape: plain keys, JSON values that carry `id`, tombstones for deletes."""
+    conv = converter(spec(key_fields=("id",), delete_enabled=True))
+    first = expected if isinstance(expected, str) else 1
+    conv.set_schema(pa.schema([("id", pa.string() if isinstance(expected, str) else pa.int64()), ("v", pa.int64())]))
+    result = run(conv, [key, key], [js({"id": first, "v": 1}), None])
+    assert result.failures == []
+    assert result.table.column("id").to_pylist() == [first, expected]
+    assert result.table.column(DELETE_MARKER).to_pylist() == [False, True]
+
+
+def test_a_numeric_kafka_key_fills_a_string_key_column_with_its_text():
+    """The key column's type is the table's (before the table exists, a key that the types inferred so far refuse
+    ends the batch, to be read again against the table)."""
+    conv = converter(spec(key_fields=("id",), delete_enabled=True))
+    conv.set_schema(pa.schema([("id", pa.string()), ("v", pa.int64())]))
+    result = run(conv, [b"42", b"42"], [js({"id": "42", "v": 1}), None])
+    assert result.failures == []
+    assert result.table.column("id").to_pylist() == ["42", "42"]
+
+
+@pytest.mark.parametrize("fields, why", [((), "set record.key.fields to the value field the key is"),
+                                         (("id", "region"), "a composite key needs a Kafka key object")])
+def test_a_primitive_kafka_key_without_one_key_field_is_a_missing_key(fields, why):
+    result = run(converter(spec(key_fields=fields, delete_enabled=True)), [b"123"], [None])
+    assert errors(result) == {0: MISSING_KEY}
+    assert why in result.failures[0].error_message
 
 
 def test_a_tombstone_whose_kafka_key_lacks_a_record_key_field_is_a_missing_key():
@@ -304,7 +343,7 @@ def test_a_value_field_named_like_a_staged_column_is_a_reserved_field(upsert, fi
 
 
 def test_names_lakesink_does_not_add_in_a_mode_stay_free():
-    assert reserved_columns(spec()) == {DELETE_MARKER}
+    assert reserved_columns(spec()) == {DELETE_MARKER, ABSENT}
     assert reserved_columns(UpsertSpec()) == frozenset()
     assert SOFT_DELETED not in reserved_columns(spec(delete_enabled=True))
     result = run(converter(spec(meta=False)), [js({"id": 1})], [js({"id": 1, SOFT_DELETED: True, CDC_OP: "x"})])

@@ -4,7 +4,6 @@ write.retry.timeout.ms, or on a permanent failure, the coordinator sends COMMIT_
 from __future__ import annotations
 
 import errno
-from collections import Counter
 
 import pytest
 
@@ -15,26 +14,10 @@ from connector.protocol.messages import CommitFailed, EndCommit, StartCommit, Wr
 from connector.table.sink import CommitResult, Recovered
 from coordinator.service import CoordinatorService
 from coordinator.state import CoordinatorState
+from tests.support import FakeChannel
 
 TP = ("t", 0)
 INTERVAL_MS = 2000
-
-
-class FakeChannel:
-    def __init__(self):
-        self.sent: list = []
-        self.inbox: list = []
-        self.stats: Counter = Counter()
-
-    def send(self, msg, flush=True):
-        self.sent.append(msg)
-
-    def poll(self, timeout_s=0.1):
-        out, self.inbox = self.inbox, []
-        return out
-
-    def close(self):
-        pass
 
 
 class FailingSink:
@@ -46,7 +29,7 @@ class FailingSink:
         self.errors = list(errors)
         self.attempts: list[int] = []
 
-    def commit(self, version, offsets, statuses, expect_new_table=False):
+    def commit(self, version, offsets, statuses, expect_new_table=False, **_):
         self.attempts.append(version)
         raise self.errors.pop(0)
 
@@ -171,7 +154,7 @@ class LeavingSink(FailingSink):
     def discard(self, statuses, why):
         self.discarded = [s.partition for s in statuses]
 
-    def commit(self, version, offsets, statuses, expect_new_table=False):
+    def commit(self, version, offsets, statuses, expect_new_table=False, **_):
         self.commits.append(dict(offsets))
         return CommitResult(version, 1, sum(s.rows for s in statuses), 10, len(statuses))
 

@@ -171,7 +171,7 @@ def test_a_role_that_gave_up_turns_health_503_with_its_error_and_run_roles_raise
 
     monkeypatch.setattr(coordinator.service, "CoordinatorService", GivesUp)
     monkeypatch.setattr(participant.worker, "Worker", Slow)
-    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
     monkeypatch.setattr(service, "MetricsServer", RecordingServer)
     cfg = cfg_of(tmp_path, **{"metrics.port": _free_port()})
     with pytest.raises(CommitAbandonedError) as raised:
@@ -203,7 +203,7 @@ def test_run_roles_exits_1_when_the_roles_outlive_shutdown_timeout(tmp_path, mon
     import participant.worker
 
     monkeypatch.setattr(participant.worker, "Worker", Hanging)
-    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
     monkeypatch.setattr(service, "_hard_exit", exits.append)
     cfg = cfg_of(tmp_path, **{"shutdown.timeout.ms": 200})
     started = time.monotonic()
@@ -234,7 +234,7 @@ def test_run_roles_returns_0_on_a_clean_stop_and_serves_health_meanwhile(tmp_pat
             return super().start()
 
     monkeypatch.setattr(participant.worker, "Worker", Quick)
-    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
     monkeypatch.setattr(service, "MetricsServer", RecordingServer)
     assert metrics_module.MetricsServer is not RecordingServer
     cfg = cfg_of(tmp_path, **{"metrics.port": _free_port()})

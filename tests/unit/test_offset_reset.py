@@ -75,7 +75,7 @@ class Log:
         self.policy, self.low, self.high = policy, dict(LOW if low is None else low), dict(HIGH if high is None else high)
         self.calls: list[Offsets] = []
 
-    def __call__(self, offsets: Offsets) -> list[OffsetReset]:
+    def __call__(self, offsets: Offsets, topic_ids=None) -> list[OffsetReset]:
         self.calls.append(dict(offsets))
         return offset_resets(offsets, self.low, self.high, self.policy)
 
@@ -155,6 +155,6 @@ def test_fail_at_a_later_start_raises_out_of_the_machine() -> None:
 
 
 def test_a_reset_that_does_not_match_the_start_offset_is_a_protocol_error() -> None:
-    coord, _ = make(lambda offsets: [OffsetReset(P0, 7, 40, 100, 40)], P0)
+    coord, _ = make(lambda offsets, ids: [OffsetReset(P0, 7, 40, 100, 40)], P0)
     with pytest.raises(ProtocolError, match="does not match the START offset 10"):
         coord.begin(1, {P0: 10})

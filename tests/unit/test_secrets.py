@@ -241,7 +241,7 @@ def test_the_start_up_line_and_every_log_line_hide_a_planted_secret(planted, fmt
     buffer = io.StringIO()
     handler = logs.setup_for(cfg)
     handler.setStream(buffer)
-    monkeypatch.setattr(service, "install_signal_handlers", lambda stop: None)
+    monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
 
     assert service.run_roles(cfg, coordinator=False, worker=False, timeout_s=0) == 0  # logs the start-up line
     log = logging.getLogger("coordinator.service")

@@ -1,0 +1,82 @@
+"""What the first commit into an existing table would refuse, refused before it: the coordinator checks the table at
+start-up (before its epoch claim, so nothing is written) and `lakesink validate` prints the same line (exit 2).
+
+Each refusal is one line naming the setting that fixes it. Only what the configuration alone decides is checked
+here: a column the records bring (a value field) is the records' business, a record error or a new column by
+`schema.evolution`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from connector.schema.columns import META_COLUMNS
+from connector.upsert import EVENT_ORDER_COLUMNS, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
+
+if TYPE_CHECKING:
+    from connector.config import LakesinkConfig
+
+
+def partitioning_refusal(table_path: str, partition_by: Sequence[str], partition_columns: Sequence[str]) -> str | None:
+    """partition.field.name set, and not the table's partition columns."""
+    if partition_by and tuple(partition_by) != tuple(partition_columns):
+        return (f"partition.field.name={','.join(partition_by)} but {table_path} is partitioned by "
+                f"{','.join(partition_columns) or 'no column'}: set partition.field.name to the table's partition "
+                f"columns, or leave it empty to follow the table")
+    return None
+
+
+def refusal(table_path: str, schema: pa.Schema, partition_columns: Sequence[str], *, partition_by: Sequence[str],
+            meta: bool, evolution: bool, upsert: UpsertSpec) -> str | None:
+    """Why the first commit of this configuration into the table (`schema`, `partition_columns`) would fail for
+    good, or None. Names compare as Delta does, case-insensitively."""
+    partitioning = partitioning_refusal(table_path, partition_by, partition_columns)
+    if partitioning or evolution:
+        return partitioning
+    absent = _absent(schema, META_COLUMNS) if meta else []
+    if absent:
+        return (f"{table_path} has no {', '.join(absent)} column(s), which connect.meta.data=true adds to every row, "
+                f"and schema.evolution=false: set connect.meta.data=false to write only the records' fields (or "
+                f"schema.evolution=true to add those columns to the table)")
+    if not upsert.keyed:
+        return None
+    absent = _absent(schema, upsert.key_fields)
+    if absent:
+        return (f"record.key.fields names {', '.join(absent)}, which {table_path} has no column for, and "
+                f"schema.evolution=false: set record.key.fields to the table's key columns")
+    order = upsert.order_field
+    if upsert.mode == "upsert" and order is not None and order not in EVENT_ORDER_COLUMNS and not _has_path(schema, order):
+        return (f"upsert.order.field={order} is not a column of {table_path} (nor a field of one of its struct "
+                f"columns), and schema.evolution=false: name a column of the table, or leave it empty for Kafka order")
+    absent = _absent(schema, (SOFT_DELETED, SOFT_DELETED_AT)) if upsert.mode == "upsert" and upsert.soft_delete else []
+    if absent:
+        return (f"{table_path} has no {', '.join(absent)} column(s), which delete.mode=soft writes, and "
+                f"schema.evolution=false: add them to the table ({SOFT_DELETED} boolean, {SOFT_DELETED_AT} "
+                f"timestamp), set schema.evolution=true, or use delete.mode=hard")
+    return None
+
+
+def config_refusal(cfg: LakesinkConfig, schema: pa.Schema, partition_columns: Sequence[str]) -> str | None:
+    """`refusal` for a connector's configuration."""
+    return refusal(cfg.table_path, schema, partition_columns, partition_by=cfg.partition_field_name,
+                   meta=cfg.connect_meta_data, evolution=cfg.schema_evolution, upsert=UpsertSpec.from_config(cfg))
+
+
+def _absent(schema: pa.Schema, names: Sequence[str]) -> list[str]:
+    present = {n.lower() for n in schema.names}
+    return [n for n in names if n.lower() not in present]
+
+
+def _has_path(schema: pa.Schema, name: str) -> bool:
+    """A column named `name`, or a dotted path through struct columns (`meta.version`)."""
+    if not _absent(schema, (name,)):
+        return True
+    fields: list[pa.Field] = list(schema)
+    for part in name.split("."):
+        found = next((f for f in fields if f.name.lower() == part.lower()), None)
+        if found is None:
+            return False
+        fields = list(found.type) if pa.types.is_struct(found.type) else []
+    return True
