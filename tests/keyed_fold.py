@@ -286,10 +286,12 @@ def fold(records: list[Produced], rules: Rules, txns: list[list[Produced]] | Non
             elif change.order is not None:
                 previous[change.key] = change.order
         arrival = {r.coordinates: i for i, r in enumerate(txn)}  # the input order: it matters only where the
-        ordered = sorted(changes, key=lambda c: arrival[c.record.coordinates])  # rules leave a tie or a cycle
-        ordered.sort(key=functools.cmp_to_key(_compare))
-        for change in ordered:
-            _apply(table, change, rules)
+        by_key: dict[tuple, list[Change]] = {}  # rules leave a tie or a cycle
+        for change in sorted(changes, key=lambda c: arrival[c.record.coordinates]):
+            by_key.setdefault(change.key, []).append(change)
+        for key_changes in by_key.values():  # "newer" orders the changes of one key, not of two
+            for change in sorted(key_changes, key=functools.cmp_to_key(_compare)):
+                _apply(table, change, rules)
     live = {k: r for k, r in table.items() if not r.deleted}
     txn_of = {r.coordinates: i for i, txn in enumerate(txns) for r in txn}
     return Outcome({k: r.values for k, r in live.items()}, errors, {k: r.position for k, r in live.items()}, txn_of)
