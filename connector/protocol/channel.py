@@ -181,6 +181,8 @@ class ControlChannel:
     identity: dict | None = None
 
     def __post_init__(self) -> None:
+        if self.identity is not None:  # sent on every message: a secret in a table's location or a topic is masked
+            self.identity = scrub_data(self.identity)
         common = {"bootstrap.servers": self.bootstrap}
         self._admin = AdminClient({**common, **self.consumer_overrides})
         ensure_control_topic(self._admin, self.topic)

@@ -166,8 +166,15 @@ def _with_position(df, plan: MergePlan):
                                                     for c in (TIME, TOPIC, PARTITION, OFFSET)])
         before = F.last(value, ignorenulls=True).over(kafka.rowsBetween(Window.unboundedPreceding, -1))
         df = df.withColumn(ORDER, F.when(value.isNull() & F.col(DELETE_MARKER), before).otherwise(value))
-        if len(path) == 1:  # a soft delete keeps the order value it took, to order later changes against
+        # a soft delete keeps the order value it took, to order later changes against
+        if len(path) == 1:
             df = df.withColumn(path[0], F.col(ORDER))
+        elif path[0] in df.columns:
+            kind = df.schema[path[0]].dataType
+            empty = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in kind.fields])
+            filled = F.coalesce(F.col(_q(path[0])), empty).withField(".".join(path[1:]), F.col(ORDER))
+            df = df.withColumn(path[0], F.when(F.col(DELETE_MARKER) & F.col(ORDER).isNotNull(), filled)
+                               .otherwise(F.col(_q(path[0]))))
     return df
 
 
@@ -196,7 +203,8 @@ def _folded(df, plan: MergePlan, keys, ascending, table=None):
     for c in plan.kept_columns:
         carried = ~F.array_contains(absent, c) & ~F.col(DELETE_MARKER) & F.col(started)
         last = F.last(F.when(carried, F.struct(F.col(_q(c)).alias("v"))), ignorenulls=True).over(within)
-        df = df.withColumn(c, last.getField("v"))
+        # a delete keeps what it stages (a soft delete's order value)
+        df = df.withColumn(c, F.when(F.col(DELETE_MARKER), F.col(_q(c))).otherwise(last.getField("v")))
         still.append(F.when(~F.max(carried.cast("int")).over(within).cast("boolean"), F.lit(c)))
     df = df.withColumn(ABSENT, F.filter(F.array(*still), lambda x: x.isNotNull()))
     return df.withColumn(RESET, F.col(run_id) > 0).drop(run_id, started)
@@ -246,6 +254,15 @@ def run(spark, target, src, plan: MergePlan, partition_columns: tuple[str, ...],
     else:
         if spec.soft_delete:
             tombstone = {_q(c): f"s.{_q(c)}" for c in tombstone_columns(spec, plan.columns)}
+            path = spec.order_path(src.columns)
+            if len(path) > 1 and path[0] in table and ORDER in src.columns:  # the row keeps its struct's other fields
+                from pyspark.sql import functions as F
+
+                head = F.col(f"t.{_q(path[0])}")
+                kind = target.toDF().schema[path[0]].dataType
+                empty = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in kind.fields])
+                tombstone[_q(path[0])] = F.when(F.col(f"s.{ORDER}").isNull(), head).otherwise(
+                    F.coalesce(head, empty).withField(".".join(path[1:]), F.col(f"s.{ORDER}")))
             merge = merge.whenMatchedUpdate(condition=f"{delete} AND {newer}", set=tombstone)
         elif spec.delete_enabled:
             merge = merge.whenMatchedDelete(condition=f"{delete} AND {newer}")

@@ -62,7 +62,7 @@ from connector.schema.names import (
     renamed,
 )
 from connector.schema.columns import OFFSET, PARTITION, TOPIC
-from connector.upsert import UpsertSpec
+from connector.upsert import ABSENT, UpsertSpec
 
 log = logging.getLogger(__name__)
 
@@ -485,16 +485,22 @@ class DeltaTableSink:
 
         spark_schema = _spark_schema(spark, schema)
         groups: dict[tuple, list[str]] = {}
-        for f, _ in files:
-            key = tuple(sorted((f.partition_values or {}).items()))
+        for f, file_schema in files:
+            # keyed writes under upsert.missing.fields=keep: a file without a column does not carry it (ABSENT)
+            lacking = () if ABSENT not in schema.names or file_schema is None else tuple(sorted(
+                n for n in schema.names if n.casefold() not in {m.casefold() for m in file_schema.names}))
+            key = (tuple(sorted((f.partition_values or {}).items())), lacking)
             groups.setdefault(key, []).append(self.store.spark_path(f.path))
         frame = None
-        for key, paths in groups.items():
+        for (key, lacking), paths in groups.items():
             values = dict(key)
             data_schema = _spark_schema(spark, pa.schema([fld for fld in schema if fld.name not in values]))
             df = spark.read.schema(data_schema).parquet(*paths)
             for name, value in values.items():
                 df = df.withColumn(name, F.lit(value).cast(spark_schema[name].dataType))
+            if lacking:
+                df = df.withColumn(ABSENT, F.array_union(F.coalesce(F.col(ABSENT), F.array().cast("array<string>")),
+                                                         F.array(*[F.lit(n) for n in lacking])))
             df = df.select(*[F.col(quote(name)) for name in schema.names])
             frame = df if frame is None else frame.unionByName(df)
         return frame

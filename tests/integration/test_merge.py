@@ -522,3 +522,17 @@ def test_a_partial_change_is_held_to_the_tables_rules_with_the_values_it_keeps(s
              {"id": 2, "name": None, "amount": 3.0, ABSENT: ["name"]}])
     assert {k: (v["name"], v["amount"]) for k, v in c.rows().items()} == {1: ("a", 2.0)}
     assert [(v.constraint.name, v.offset) for v in lettered] == [("NOT NULL", 2)]
+
+
+def test_a_soft_delete_keeps_the_order_value_it_took_in_a_nested_order_field(spark, tmp_path):
+    """A tombstone takes the order value of the change before it (by Kafka position, here of another partition);
+    the deleted row keeps it inside its struct (also when a txn folds partial changes), so a later change with a
+    greater one brings the key back."""
+    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", order_field="meta.version",
+                                               meta=True))
+    c.commit(c.status(_placed([{"id": 5, "name": "a", "meta": {"version": 9}, TIMESTAMP: _at(1), ABSENT: ["x"]}]),
+                      partition=0),
+             c.status(_placed([{"id": 5, "delete": True, TIMESTAMP: _at(5)}]), partition=1))
+    assert c.rows()[5][SOFT_DELETED] is True and c.rows()[5]["meta"]["version"] == 9
+    c.commit(c.status(_placed([{"id": 5, "name": "b", "meta": {"version": 19}, TIMESTAMP: _at(2)}]), partition=0))
+    assert c.rows()[5][SOFT_DELETED] is False and _names(c.rows()) == {5: "b"}

@@ -163,7 +163,11 @@ def test_validate_prints_the_checks_of_an_s3_target_and_reads_its_table(s3_serve
     import deltalake
     import pyarrow as pa
 
-    deltalake.write_deltalake(f"{base}/events", pa.table({"id": [1, 2]}),
+    from connector.schema.columns import META_FIELDS
+
+    # a table with the _kafka_* columns connect.meta.data=true writes (validate refuses one without them)
+    columns = {"id": pa.array([1, 2]), **{f.name: pa.nulls(2, f.type) for f in META_FIELDS}}
+    deltalake.write_deltalake(f"{base}/events", pa.table(columns),
                               storage_options=S3Settings(s3_server.endpoint, None, True, ACCESS_KEY,
                                                          SECRET_KEY).delta_options())
     assert main(["validate", "--config", str(config)]) == 0
