@@ -115,6 +115,11 @@ def classify(exc: BaseException) -> Failure:
         if chain:
             return classify_java(chain)
     names = {cls.__name__ for cls in type(exc).__mro__}
+    if "CapturedException" in names:  # delta-spark's own Python exceptions (once delta.tables is imported) keep
+        # only the JVM error's text, which starts with its error condition: `[DELTA_CONCURRENT_TRANSACTION] ...`
+        found = _classify_one(JavaThrowable((), None, None, str(exc)))
+        if found is not Failure.UNKNOWN:
+            return found
     if names & {"Py4JNetworkError", "ConnectionError", "TimeoutError", "CommitFailedError"}:
         return Failure.TRANSIENT  # CommitFailedError: delta-rs's conflict
     if names & {"AnalysisException", "SchemaMismatchError", "DeltaProtocolError"}:

@@ -203,3 +203,20 @@ def test_a_missing_manifest_is_permanent(tmp_path):
     with pytest.raises(CommitError, match="manifest .* is missing") as raised:
         DeltaTableSink(str(tmp_path), "app").offsets_at(7, 0)
     assert classify(raised.value) is Failure.PERMANENT
+
+
+def test_delta_sparks_python_exceptions_are_classified_by_the_condition_their_text_starts_with():
+    """Once delta.tables is imported (keyed writes do), delta-spark raises Python exceptions of its own
+    (pyspark CapturedException subclasses) that keep only the JVM error's text: a concurrent transaction must
+    still be transient. (Stand-ins of the same names: the real classes need a running JVM.)"""
+
+    class CapturedException(Exception):
+        pass
+
+    class ConcurrentTransactionException(CapturedException):
+        pass
+
+    conflict = ConcurrentTransactionException("[DELTA_CONCURRENT_TRANSACTION] ConcurrentTransactionException: This "
+                                              "error occurs when multiple streaming queries ...")
+    assert classify(conflict) is Failure.TRANSIENT
+    assert classify(ConcurrentTransactionException("no condition here")) is Failure.UNKNOWN
