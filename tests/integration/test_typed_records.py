@@ -550,10 +550,11 @@ def test_debezium_upserts_with_schemas_keep_the_sources_types_through_inserts_up
         3: {"id": 3, "price": Decimal("-0.01"), "ordered": dt.date(1969, 12, 31),
             "updated": _ntz("1969-07-20T20:17:40.123456"), "shipped": _utc("1970-01-01T00:29:59.999999+00:00"),
             "qty": -32768, "note": "neg", "_cdc_op": "u", "_cdc_ts_ms": 1700000000520,
-            "_cdc_source_ts_ms": 1700000000020, "_cdc_source_lsn": 20, "_kafka_key": {"id": 3}},
+            "_cdc_source_ts_ms": 1700000000020, "_cdc_source_lsn": 20, "_cdc_source_position": f"{20:020d}",
+            "_kafka_key": {"id": 3}},
         4: {"id": 4, "price": Decimal("0.00"), "ordered": None, "updated": None, "shipped": None, "qty": None,
             "note": None, "_cdc_op": "c", "_cdc_ts_ms": 1700000000521, "_cdc_source_ts_ms": 1700000000021,
-            "_cdc_source_lsn": 21, "_kafka_key": {"id": 4}},
+            "_cdc_source_lsn": 21, "_cdc_source_position": f"{21:020d}", "_kafka_key": {"id": 4}},
     }
     offsets = {3: coords[6][1], 4: coords[7][1]}
     spark_types, spark_rows = spark_read(spark, table)
@@ -561,7 +562,8 @@ def test_debezium_upserts_with_schemas_keep_the_sources_types_through_inserts_up
         "id": "int", "price": "decimal(10,2)", "ordered": "date", "updated": "timestamp_ntz", "shipped": "timestamp",
         "qty": "smallint", "note": "string", "_kafka_topic": "string", "_kafka_partition": "int",
         "_kafka_offset": "bigint", "_kafka_timestamp": "timestamp", "_kafka_key": "struct<id:int>",
-        "_cdc_op": "string", "_cdc_ts_ms": "bigint", "_cdc_source_ts_ms": "bigint", "_cdc_source_lsn": "bigint"}
+        "_cdc_op": "string", "_cdc_ts_ms": "bigint", "_cdc_source_ts_ms": "bigint", "_cdc_source_lsn": "bigint",
+        "_cdc_source_position": "string"}
     delta_types, arrow_schema, delta_rows = delta_read(table, deletion_vectors=True)
     assert {k: delta_types[k] for k in ("id", "price", "ordered", "updated", "shipped", "qty")} == {
         "id": "integer", "price": "decimal(10,2)", "ordered": "date", "updated": "timestamp_ntz",
