@@ -113,7 +113,7 @@ class CoordinatorService:
         self._sweep_due = 0.0  # monotonic time of the next sweep of unreferenced files
         self._spark_thread: threading.Thread | None = None
         self._spark_error: BaseException | None = None
-        self._admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)})
+        self._admin_client: AdminClient | None = None  # made when first needed, released by close()
         self._channel: ControlChannel | None = None
         self.state: CoordinatorState | None = None
         self._table_known = False
@@ -346,7 +346,16 @@ class CoordinatorService:
                                       for (t, p), w in held.items()),
                     self.cfg.coordinator_writestatus_timeout_ms)
 
+    @property
+    def _admin(self) -> AdminClient:
+        if self._admin_client is None:
+            self._admin_client = AdminClient({"bootstrap.servers": self.cfg.kafka_bootstrap_servers,
+                                              **dict(self.cfg.consumer_overrides)})
+        return self._admin_client
+
     def close(self) -> None:
+        """Release every Kafka client: one left alive after its broker stopped keeps reconnecting (and logging)."""
+        self._admin_client = None
         if self._dlq is not None:
             self._dlq.close()
             self._dlq = None

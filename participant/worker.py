@@ -191,6 +191,7 @@ class Worker:
                 self._channel = None
             if self._dlq is not None:
                 self._dlq.close(10)
+                self._dlq = None
         finally:
             if self._identity is not None:
                 self._identity.release()
