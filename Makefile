@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test unit lint clean-cache kafka-start kafka-stop bench
+.PHONY: setup demo test unit lint clean-cache kafka-start kafka-stop registry-start registry-stop bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "lakesink needs Python 3.10 or newer: install it and run make again.")'
@@ -37,6 +37,12 @@ kafka-start: setup
 
 kafka-stop: $(STAMP)
 	$(BIN)/lakesink kafka stop
+
+registry-start: setup
+	$(BIN)/lakesink registry start
+
+registry-stop: $(STAMP)
+	$(BIN)/lakesink registry stop
 
 bench: setup
 	$(BIN)/python bench/run.py $(BENCH_ARGS)

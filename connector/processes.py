@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,17 @@ from typing import Callable, Generic, TypeVar
 from connector import jars
 
 State = TypeVar("State")
+
+
+def stop_child(proc: "subprocess.Popen | None", timeout_s: float = 30.0) -> None:
+    """Stop a server this process started (stop_pid on its group) and reap it; None: nothing to stop."""
+    if proc is None:
+        return
+    stop_pid(proc.pid, timeout_s)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def stop_pid(pid: int, timeout_s: float = 30.0) -> bool:

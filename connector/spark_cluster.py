@@ -19,7 +19,7 @@ from pathlib import Path
 from connector import jars
 from connector.errors import SetupError
 from connector.kafka.local import HOST, free_port
-from connector.processes import stop_pid
+from connector.processes import stop_child
 from connector.spark import DRIVER_JAVA_OPTIONS
 
 EXECUTOR_MEMORY = "512m"
@@ -145,14 +145,7 @@ class LocalSparkCluster:
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the worker (its executors are in its process group) and then the master."""
         for name in ("worker", "master"):
-            proc = getattr(self, name)
-            if proc is None:
-                continue
-            stop_pid(proc.pid, timeout_s)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_child(getattr(self, name), timeout_s)
             setattr(self, name, None)
 
     def __enter__(self) -> "LocalSparkCluster":

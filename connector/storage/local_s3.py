@@ -19,7 +19,7 @@ from pathlib import Path
 
 from connector.errors import SetupError
 from connector.kafka.local import HOST, port_in_use
-from connector.processes import DetachedServer, stop_pid
+from connector.processes import DetachedServer, stop_child
 
 ACCESS_KEY = "lakesink"
 SECRET_KEY = "lakesink-local-secret"
@@ -133,13 +133,7 @@ class LocalS3:
                          f"({last}): see {self.log_file}.")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc is None:
-            return
-        stop_pid(self.proc.pid, timeout_s)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_child(self.proc, timeout_s)
         self.proc = None
 
     def __enter__(self) -> "LocalS3":
