@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/convert_bench.py [--records 200000] [--batch 20000] [--repeat 3]
     .venv/bin/python bench/convert_bench.py --format connect [--records 200000] [--batch 20000] [--repeat 5]
+    .venv/bin/python bench/convert_bench.py --format registry [--records 200000] [--batch 20000] [--repeat 3]
 
 Converts the same records (about 200 bytes of JSON each) in batches with
   - Converter.convert on confluent-kafka Message objects (what a worker does; meta data columns on),
@@ -16,6 +17,17 @@ with value.converter.schemas.enable=true, against their plain JSON (the decimal 
 epoch milliseconds) converted schemaless; both through Converter.convert_raw with meta data columns on, in batches
 of --batch records (a worker converts up to 20,000 records of a partition at a time), interleaved, best of
 --repeat. The last line: `connect_rps=... plain_rps=... ratio=...` (ratio = connect / plain).
+
+`--format registry`: the same rows as plain JSON (as above) and in the Schema Registry formats, written by
+confluent-kafka's own serializers (bench/registry_rows.py: AvroSerializer; ProtobufSerializer with a message class
+built at run time from a FileDescriptorProto; JSONSerializer) against an in-process mock registry (`mock://<uuid>`;
+a converter asks the registry once per writer schema, which the bench checks), then converted with
+value.converter=avro / protobuf / json_schema through Converter.convert_raw with meta data columns on, in batches of
+--batch records, interleaved, best of --repeat; each format's table is checked to hold the plain JSON rows. The
+decimal is a `decimal(10,2)` in Avro, a double in Protobuf and JSON Schema (they have no decimal scalar) as in plain
+JSON; the timestamp is a timestamp column in each registry format, a long in plain JSON. Prints records/s, MB/s of
+value bytes and the ratio to plain JSON per format; the last line: `json_rps=... avro_rps=... protobuf_rps=...
+json_schema_rps=... ratio_avro=... ratio_protobuf=... ratio_json_schema=...`.
 """
 from __future__ import annotations
 
@@ -25,6 +37,7 @@ import json
 import random
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -35,6 +48,21 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from participant.convert import Converter  # noqa: E402
+
+
+def convert_all(converter: Converter, values: list[bytes], batch: int, name: str) -> tuple[int, pa.Table]:
+    """Convert `values` in batches of `batch` (offsets from 0, keys k<offset>): rows made, and the last batch's
+    table; any record failure stops the bench."""
+    rows, result = 0, None
+    for start in range(0, len(values), batch):
+        part = values[start : start + batch]
+        offsets = list(range(start, start + len(part)))
+        result = converter.convert_raw("orders", 0, offsets, [1_700_000_000_000 + i for i in offsets],
+                                       [b"k%d" % i for i in offsets], part)
+        if result.failures:
+            raise SystemExit(f"{name}: {len(result.failures)} failures, e.g. {result.failures[0]}")
+        rows += result.table.num_rows
+    return rows, result.table
 
 
 def make_values(count: int, seed: int = 7) -> list[bytes]:
@@ -73,31 +101,51 @@ CONNECT_SCHEMA = {
 }
 
 
-def make_connect_values(count: int, seed: int = 7) -> tuple[list[bytes], list[bytes]]:
-    """The same rows twice: Kafka Connect JsonConverter records with their schema, and plain JSON (compact, as
-    the JSON converter writes both)."""
+CONNECT_FIELDS = (("order_id", "long"), ("customer", "string"), ("amount", "decimal"), ("currency", "string"),
+                  ("paid", "boolean"), ("qty", "int"), ("city", "string"), ("created_at", "timestamp"))
+"""The rows of --format connect and --format registry, as bench/registry_rows.py kinds."""
+
+
+def make_rows(count: int, seed: int = 7) -> list[dict]:
+    """The rows of --format connect and --format registry: `amount` a Decimal of 2 places, `created_at` epoch ms."""
     rng = random.Random(seed)
     cities = ["Paris", "Berlin", "Lisbon", "Oslo", "Rome", "Vienna", "Madrid", "Dublin"]
-    schema = json.dumps(CONNECT_SCHEMA, separators=(",", ":"))
-    connect, plain = [], []
+    rows = []
     for i in range(count):
         cents = rng.randrange(100, 5_000_000)
         n = rng.randrange(1_000_000)
-        row = {
+        rows.append({
             "order_id": 10_000_000 + i,
             "customer": f"Customer {n:06d} <c{n:06d}@mail.example.com>",
-            "amount": None,
+            "amount": Decimal(cents).scaleb(-2),
             "currency": "EUR",
             "paid": rng.random() < 0.9,
             "qty": rng.randrange(1, 20),
             "city": rng.choice(cities),
             "created_at": 1_714_521_600_000 + rng.randrange(30 * 86_400_000),
-        }
+        })
+    return rows
+
+
+def plain_value(row: dict) -> bytes:
+    """A row as plain JSON (compact, as the JSON converter writes it): the decimal as a JSON number, the timestamp
+    as epoch milliseconds."""
+    cents = int(row["amount"].scaleb(2))
+    text = json.dumps({**row, "amount": 0}, separators=(",", ":"))
+    return text.replace('"amount":0', f'"amount":{cents // 100}.{cents % 100:02d}').encode()
+
+
+def make_connect_values(count: int, seed: int = 7) -> tuple[list[bytes], list[bytes]]:
+    """The same rows twice: Kafka Connect JsonConverter records with their schema, and plain JSON (compact, as
+    the JSON converter writes both)."""
+    schema = json.dumps(CONNECT_SCHEMA, separators=(",", ":"))
+    connect, plain = [], []
+    for row in make_rows(count, seed):
+        cents = int(row["amount"].scaleb(2))
         unscaled = base64.b64encode(cents.to_bytes((cents.bit_length() + 8) // 8, "big", signed=True)).decode()
         connect.append(f'{{"schema":{schema},"payload":{json.dumps({**row, "amount": unscaled}, separators=(",", ":"))}}}'
                        .encode())
-        text = json.dumps({**row, "amount": 0}, separators=(",", ":"))
-        plain.append(text.replace('"amount":0', f'"amount":{cents // 100}.{cents % 100:02d}').encode())
+        plain.append(plain_value(row))
     return connect, plain
 
 
@@ -109,16 +157,7 @@ def connect_main(args: argparse.Namespace) -> int:
     def run(name: str) -> int:
         values = connect if name == "connect" else plain
         converter = Converter("json", connect_meta_data=True, value_schemas=name == "connect")
-        rows = 0
-        for start in range(0, args.records, args.batch):
-            batch = values[start : start + args.batch]
-            offsets = list(range(start, start + len(batch)))
-            result = converter.convert_raw("orders", 0, offsets, [1_700_000_000_000 + i for i in offsets],
-                                           [b"k%d" % i for i in offsets], batch)
-            if result.failures:
-                raise SystemExit(f"{name}: {len(result.failures)} failures, e.g. {result.failures[0]}")
-            rows += result.table.num_rows
-        tables[name] = result.table
+        rows, tables[name] = convert_all(converter, values, args.batch, name)
         return rows
 
     print(f"{args.records} records in batches of {args.batch}: plain JSON {sizes['plain'] / args.records:.0f} bytes "
@@ -150,6 +189,85 @@ def connect_main(args: argparse.Namespace) -> int:
     return 0
 
 
+REGISTRY_LABELS = {"json": "plain JSON, schemaless", "avro": "Avro", "protobuf": "Protobuf",
+                   "json_schema": "JSON Schema"}
+
+
+def registry_values(rows: list[dict], client, topic: str = "orders") -> dict[str, list[bytes]]:
+    """The rows as plain JSON and as each registry format's confluent-kafka serializer writes them."""
+    from bench.registry_rows import FORMATS, RowSerializer
+
+    values = {"json": [plain_value(row) for row in rows]}
+    for fmt in FORMATS:
+        serialize = RowSerializer(fmt, "Order", CONNECT_FIELDS, client, topic)
+        values[fmt] = [serialize(row) for row in rows]
+    return values
+
+
+def check_same_rows(name: str, typed: pa.Table, inferred: pa.Table) -> None:
+    """`typed` (read with its writer schema) holds the rows of `inferred` (plain JSON): the decimal exact where the
+    format has one, else the same double; the timestamp typed, in plain JSON a long of milliseconds."""
+    amount = typed.column("amount")
+    if pa.types.is_decimal(amount.type):
+        assert amount.to_pylist() == [Decimal(repr(v)).quantize(Decimal("0.01"))
+                                      for v in inferred.column("amount").to_pylist()], f"{name}: amounts differ"
+    else:
+        assert amount.to_pylist() == inferred.column("amount").to_pylist(), f"{name}: amounts differ"
+    assert typed.column("created_at").type == pa.timestamp("us", tz="UTC"), f"{name}: {typed.schema}"
+    assert typed.column("created_at").cast(pa.int64()).to_pylist() == \
+        [ms * 1000 for ms in inferred.column("created_at").to_pylist()], f"{name}: timestamps differ"
+    assert typed.drop_columns(["amount", "created_at"]).to_pylist() == \
+        inferred.drop_columns(["amount", "created_at"]).to_pylist(), f"{name}: other columns differ"
+
+
+def registry_main(args: argparse.Namespace) -> int:
+    from bench.registry_rows import registry_client
+    from connector.formats.registry import RegistryReader
+
+    client = registry_client(f"mock://convert-bench-{uuid.uuid4().hex}")
+    values = registry_values(make_rows(args.records), client)
+    sizes = {name: sum(map(len, v)) for name, v in values.items()}
+    tables: dict[str, pa.Table] = {}
+    fetches: dict[str, int] = {}
+
+    def run(name: str) -> int:
+        if name == "json":
+            converter = Converter("json", connect_meta_data=True)
+        else:
+            reader = RegistryReader(name, client=client)
+            converter = Converter(name, connect_meta_data=True, value_registry=reader)
+        rows, tables[name] = convert_all(converter, values[name], args.batch, name)
+        if name != "json":
+            fetches[name] = reader.fetches
+        return rows
+
+    print(f"{args.records} records in batches of {args.batch}, the same rows in each format; bytes per value: "
+          + ", ".join(f"{REGISTRY_LABELS[n]} {sizes[n] / args.records:.0f}" for n in values))
+    best = {name: float("inf") for name in values}
+    for _ in range(args.repeat):  # interleaved: a load change on a shared machine hits all alike
+        for name in best:
+            start = time.perf_counter()
+            rows = run(name)
+            best[name] = min(best[name], time.perf_counter() - start)
+            if rows != args.records:
+                raise SystemExit(f"{name}: {rows} rows for {args.records} records")
+    for name in ("avro", "protobuf", "json_schema"):
+        check_same_rows(name, tables[name], tables["json"])
+        if fetches[name] != 1:
+            raise SystemExit(f"{name}: the writer schema was fetched {fetches[name]} times in a run, not once")
+    rps = {name: args.records / seconds for name, seconds in best.items()}
+    for name, seconds in best.items():
+        types = tables[name].schema
+        print(f"{REGISTRY_LABELS[name]:24s} {rps[name]:>12,.0f} records/s {sizes[name] / seconds / 1e6:>8.1f} MB/s "
+              f"{rps[name] / rps['json']:>6.2f}x plain JSON   (amount {types.field('amount').type}, created_at "
+              f"{types.field('created_at').type})")
+    print(f"json_rps={rps['json']:.0f} avro_rps={rps['avro']:.0f} protobuf_rps={rps['protobuf']:.0f} "
+          f"json_schema_rps={rps['json_schema']:.0f} ratio_avro={rps['avro'] / rps['json']:.2f} "
+          f"ratio_protobuf={rps['protobuf'] / rps['json']:.2f} "
+          f"ratio_json_schema={rps['json_schema'] / rps['json']:.2f}")
+    return 0
+
+
 def batches(items: list, size: int) -> list[list]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -168,12 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--format", choices=("json", "connect"), default="json",
+    parser.add_argument("--format", choices=("json", "connect", "registry"), default="json",
                         help="json: the JSON fast path against json.loads; connect: Kafka Connect JSON with schemas "
-                             "against the same rows as plain JSON")
+                             "against the same rows as plain JSON; registry: the same rows in Avro, Protobuf and "
+                             "JSON Schema against plain JSON")
     args = parser.parse_args(argv)
     if args.format == "connect":
         return connect_main(args)
+    if args.format == "registry":
+        return registry_main(args)
 
     values = make_values(args.records)
     total_bytes = sum(map(len, values))

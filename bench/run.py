@@ -4,6 +4,7 @@
     .venv/bin/python bench/run.py --records 200000     # a development run
     make bench BENCH_ARGS="--records 200000 --phases raw,lakesink"
     .venv/bin/python bench/run.py --mode upsert        # keyed changes: lakesink upsert against foreachBatch + MERGE
+    .venv/bin/python bench/run.py --format avro --phases raw,lakesink   # the same records in Avro
 
 `--mode upsert` is bench/upsert.py (its docstring says what it measures); the rest of this text is `--mode append`.
 
@@ -26,12 +27,19 @@ Rates, for lakesink and SSS (rows counted from the Delta log's add actions, poll
   warm    records / (last commit visible - engine ready)             ready = lakesink's first START-COMMIT on the
                                                                      control topic / SSS's writeStream.start()
   steady  rows after the first commit / (last commit - first commit) lakesink only (SSS may take one batch)
-The last line compares the warm rates: `lakesink_rps=… raw_rps=… sss_rps=… ratio_raw=… ratio_sss=…`.
+The last line compares the warm rates: `lakesink_rps=… raw_rps=… sss_rps=… ratio_raw=… ratio_sss=… storage=…
+[s3_requests_per_commit=…] format=…`.
 MB/s counts record value bytes. Peak RSS is the sum over the phase's process tree (python and java children)
 of each process's VmHWM from /proc/<pid>/status, sampled every 0.2 s.
 
-Everything it starts (broker, children, their JVMs) is stopped and the temporary directory removed at exit,
-also on Ctrl-C or SIGTERM; --keep leaves the directory (logs, tables) for a look.
+`--format avro|protobuf|json_schema` (default json): the same records (ROW_FIELDS, the types plain JSON's inference
+gives them) written by confluent-kafka's own serializers (bench/registry_rows.py) against a local schema registry
+the bench starts (connector/local/registry.py), and sunk with value.converter=<format> and schema.registry.url. The
+raw phase still consumes raw bytes (the physical limit, now of the smaller values); sss reads JSON only and is
+skipped. The last line ends with `format=<format>`.
+
+Everything it starts (broker, schema registry, children, their JVMs) is stopped and the temporary directory removed
+at exit, also on Ctrl-C or SIGTERM; --keep leaves the directory (logs, tables) for a look.
 """
 from __future__ import annotations
 
@@ -53,6 +61,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.registry_rows import FORMATS as REGISTRY_FORMATS  # noqa: E402
 
 RESULT_TAG = "BENCH_RESULT "
 S3_PREFIX = "bench"
@@ -77,6 +87,34 @@ def make_value(i: int, ts_ms: int) -> bytes:
                          "true" if i % 7 else "false", i % 13, i % 17)).encode()
 
 
+ROW_FIELDS = (("id", "long"), ("ts", "long"), ("user", "string"), ("session", "string"), ("kind", "string"),
+              ("page", "string"), ("amount", "double"), ("currency", "string"), ("country", "string"),
+              ("device", "string"), ("ok", "boolean"), ("tags", "strings"))
+"""make_value's fields as bench/registry_rows.py kinds: the types plain JSON's inference gives them, so every
+format fills the same table."""
+
+
+def make_row(i: int, ts_ms: int) -> dict:
+    """make_value's record as a dict (for the schema registry formats)."""
+    return {"id": i, "ts": ts_ms, "user": "user-%06d" % (i % 100_000),
+            "session": "%016x" % ((i * 2654435761) & 0xFFFFFFFFFFFFFFFF), "kind": _KINDS[i % 5],
+            "page": "/products/%05d" % (i % 50_000), "amount": float("%d.%02d" % (i % 1000, i % 100)),
+            "currency": "EUR", "country": _COUNTRIES[i % 8], "device": _DEVICES[i % 3], "ok": bool(i % 7),
+            "tags": ["t%d" % (i % 13), "t%d" % (i % 17)]}
+
+
+def value_writer(fmt: str, registry_url: str | None, topic: str):
+    """`(i, ts_ms) -> value bytes` of the bench's record i in `fmt`: make_value for json, else the record as the
+    format's confluent-kafka serializer writes it (its schema registered in the registry at `registry_url` under
+    `<topic>-value` with the first record)."""
+    if fmt == "json":
+        return make_value
+    from bench.registry_rows import RowSerializer, registry_client
+
+    serialize = RowSerializer(fmt, "BenchEvent", ROW_FIELDS, registry_client(registry_url), topic)
+    return lambda i, ts_ms: serialize(make_row(i, ts_ms))
+
+
 def sss_schema():
     from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, StringType, StructField,
                                    StructType)
@@ -99,8 +137,9 @@ def fast_producer(bootstrap: str, linger_ms: int = 50, config: dict | None = Non
                      "queue.buffering.max.kbytes": 1_048_576, **(config or {})})
 
 
-def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int) -> dict:
-    """`records` records round-robin over the partitions, as fast as the client goes."""
+def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int, write=make_value) -> dict:
+    """`records` records round-robin over the partitions, as fast as the client goes; record i's value is
+    `write(i, ts_ms)` (a value_writer)."""
     producer = fast_producer(bootstrap)
     started = time.time()
     ts = int(started * 1000)
@@ -110,7 +149,7 @@ def produce_backlog(bootstrap: str, topic: str, records: int, partitions: int) -
         if i % 10_000 == 0:
             ts = int(time.time() * 1000)
             producer.poll(0)
-        value = make_value(i, ts)
+        value = write(i, ts)
         nbytes += len(value)
         while True:
             try:
@@ -413,6 +452,11 @@ class Bench:
     machine: str = field(default_factory=lambda: machine())  # with the load average before anything started
     s3: object | None = None  # a bench.s3.BenchS3 with --storage s3: every table goes there
     meter: object | None = None  # its bench.s3.RequestMeter, sampled as the phases poll
+    registry: object | None = None  # a LocalRegistry with --format avro|protobuf|json_schema
+
+    def value_writer(self, topic: str):
+        """Record i of `topic` in the bench's --format (see value_writer)."""
+        return value_writer(self.args.format, self.registry.url if self.registry else None, topic)
 
     # -- where tables live --
 
@@ -482,6 +526,8 @@ class Bench:
             "spark.master": self.args.spark_master,
             **self.spark_conf(name, DRIVER_JAVA_OPTIONS),
         }
+        if self.registry is not None:
+            settings.update({"value.converter": self.args.format, "schema.registry.url": self.registry.url})
         if self.s3 is not None:
             from bench.harness import s3_settings
 
@@ -637,8 +683,10 @@ class Bench:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise PhaseFailed(f"lakesink did not start:\n{_tail(log)}")
                 time.sleep(POLL_S)
+            write = self.value_writer(topic)
             paced = PacedProducer(self.bootstrap, topic, args.partitions, args.latency_rate,
-                                  args.latency_warmup + args.latency_seconds)
+                                  args.latency_warmup + args.latency_seconds,
+                                  record=lambda i, ts: (write(i, ts), str(i).encode(), i % args.partitions))
             watcher, memory = DeltaLogWatcher(self.table_log(name)), TreeMemory(proc.pid)
             self._watch(proc, watcher, memory, log, "latency", paced.done.is_set, control)
             paced.join()
@@ -1187,7 +1235,8 @@ def report_requests(label: str, requests: dict | None) -> list[str]:
 
 def report(bench: Bench) -> list[str]:
     r, a = bench.results, bench.args
-    lines = ["", f"lakesink benchmark: {a.records:,} records (~{bench.produced['bytes'] / a.records:.0f} B values), "
+    lines = ["", f"lakesink benchmark: {a.records:,} records (~{bench.produced['bytes'] / a.records:.0f} B values, "
+                 f"format {a.format}), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
                  f"spark.master={a.spark_master}, storage={a.storage}",
              f"  machine: {bench.machine}",
@@ -1249,7 +1298,7 @@ def report(bench: Bench) -> list[str]:
     per_commit = (per_commit.get("steady") or per_commit.get("run") or {}).get("per_commit")
     lines.append(f"lakesink_rps={_fmt(ls, '.0f')} raw_rps={_fmt(raw, '.0f')} sss_rps={_fmt(sss, '.0f')} "
                  f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)} storage={a.storage}"
-                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else ""))
+                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "") + f" format={a.format}")
     return lines
 
 
@@ -1298,6 +1347,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                                      "processingTime trigger")
     p.add_argument("--flush-size", type=int, default=10_000_000, help="lakesink flush.size")
     p.add_argument("--spark-master", default="local[2]")
+    p.add_argument("--format", choices=["json", *REGISTRY_FORMATS], default="json",
+                   help="the records' format: json (plain JSON), or avro, protobuf, json_schema written by "
+                        "confluent-kafka's serializers against a local schema registry the bench starts, and read by "
+                        "lakesink with value.converter=<format>; the sss phase is JSON only (skipped otherwise)")
     p.add_argument("--storage", choices=["local", "s3"], default="local",
                    help="where the tables go: a local directory, or a local S3 server (SeaweedFS) the bench starts, "
                         "whose S3 requests it counts")
@@ -1337,6 +1390,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--stream-changes takes 0 or more, and --stream-rate more than 0 when --stream-changes is not 0")
     if args.mode == "upsert" and args.storage != "local":
         p.error("--mode upsert runs on local tables only (--storage local)")
+    if args.mode == "upsert" and args.format != "json":
+        p.error("--mode upsert runs on JSON changes only (--format json)")
     unknown = set(args.phase_list) - set(PHASES)
     if unknown:
         p.error(f"unknown phase(s) {', '.join(sorted(unknown))}; choose from {', '.join(PHASES)}")
@@ -1356,7 +1411,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     bench = Bench(args, work)
-    broker = s3 = None
+    broker = s3 = registry = None
     try:
         _say(f"machine: {bench.machine}; work directory {work}")
         if args.bootstrap:
@@ -1378,14 +1433,25 @@ def main(argv: list[str] | None = None) -> int:
             s3 = BenchS3(work / "s3").start()
             bench.s3, bench.meter = s3, RequestMeter(s3)
             _say(f"  S3 on {s3.endpoint}, tables under s3://{s3.bucket}/{S3_PREFIX}/tables")
+        if args.format != "json":
+            from connector.local.registry import LocalRegistry
+
+            _say("starting a local schema registry ...")
+            registry = bench.registry = LocalRegistry(work / "registry").start()
+            _say(f"  schema registry on {registry.url}")
         bench.topic = f"bench-{uuid.uuid4().hex[:8]}"
         create_topic(bench.bootstrap, bench.topic, args.partitions)
-        _say(f"producing {args.records:,} records to {bench.topic} ({args.partitions} partitions) ...")
-        bench.produced = produce_backlog(bench.bootstrap, bench.topic, args.records, args.partitions)
+        _say(f"producing {args.records:,} {args.format} records to {bench.topic} ({args.partitions} partitions) ...")
+        bench.produced = produce_backlog(bench.bootstrap, bench.topic, args.records, args.partitions,
+                                         bench.value_writer(bench.topic))
         _say(f"  {bench.produced['records'] / bench.produced['seconds']:,.0f} rec/s, "
              f"{bench.produced['bytes'] / args.records:.0f} B per value")
         errors = {}
         for phase in args.phase_list:
+            if phase == "sss" and args.format != "json":
+                _say(f"phase sss skipped: the Spark Structured Streaming job reads JSON (from_json), not "
+                     f"{args.format}")
+                continue
             _say(f"phase {phase} (load average {os.getloadavg()[0]:.2f}) ...")
             time.sleep(2)
             try:
@@ -1415,6 +1481,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         bench.children.stop_all()
+        if registry is not None:
+            registry.stop()
         if broker is not None:
             broker.stop()
         if s3 is not None:

@@ -27,7 +27,9 @@ OffsetResetPolicy = Literal["fail", "earliest", "latest"]
 RestorePolicy = Literal["fail", "reread"]
 RenamePolicy = Literal["fail", "ignore"]
 Codec = Literal["snappy", "zstd", "gzip", "lz4", "none"]
-Converter = Literal["json", "string", "bytes"]
+Converter = Literal["json", "string", "bytes", "avro", "protobuf", "json_schema"]
+REGISTRY_CONVERTERS = ("avro", "protobuf", "json_schema")
+"""Converters whose records carry a schema id and are read through a schema registry."""
 Tolerance = Literal["none", "all"]
 WriteMode = Literal["append", "upsert", "dedup", "changelog"]
 DeleteMode = Literal["hard", "soft"]
@@ -40,7 +42,9 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 EVENT_ORDER_FIELDS = ("ts_ms", "source.ts_ms", "source.lsn")
 """upsert.order.field values that name a field of a Debezium event rather than of the row."""
 
-PASS_THROUGH = {"consumer.": "consumer_overrides", "producer.": "producer_overrides", "spark.": "spark_conf"}
+PASS_THROUGH = {"consumer.": "consumer_overrides", "producer.": "producer_overrides", "spark.": "spark_conf",
+                "schema.registry.": "schema_registry_settings", "value.converter.": "value_converter_settings",
+                "key.converter.": "key_converter_settings"}
 """Key prefix -> the LakesinkConfig attribute that collects those keys."""
 
 _SECRET_PARTS = ("password", "passwd", "passphrase", "secret", "token", "credential", "jaas")
@@ -49,7 +53,7 @@ _SECRET_PARTS = ("password", "passwd", "passphrase", "secret", "token", "credent
 _RECORD_KEY_NEIGHBOURS = frozenset({"record", "message", "partition", "primary", "sort", "row", "converter",
                                     "deserializer", "serializer", "field", "fields", "schema", "schemas", "columns"})
 """Words beside `key` that make it a record's key, not a cryptographic one: `record.key.fields`, `key.converter`."""
-_NOT_A_SECRET_ENDINGS = ("file", "location", "path", "dir", "url", "uri", "endpoint", "host", "port", "type", "class",
+_NOT_A_SECRET_ENDINGS = ("file", "source", "location", "path", "dir", "url", "uri", "endpoint", "host", "port", "type", "class",
                          "provider", "providers", "binding", "algorithm", "mechanism", "method", "enabled", "enable",
                          "size", "length", "bits", "timeout", "seconds")
 """A key whose last word ends so names where or what kind a secret is, or a setting about it, never the secret
@@ -81,6 +85,8 @@ def is_secret(key: str) -> bool:
     word names a location, kind or setting (_NOT_A_SECRET_ENDINGS) or is `id` or `ms`, and a record's key
     (`record.key.fields`, `key.converter`). Also applied to `${env:VAR}` names, whose words are separated by `_`."""
     words = _words(key)
+    if words[-2:] == ["user", "info"] or words[-1:] == ["userinfo"]:  # basic.auth.user.info: user:password
+        return True
     if not words or words[-1] in _NOT_A_SECRET_LAST_WORDS or words[-1].endswith(_NOT_A_SECRET_ENDINGS):
         return False
     if any(part in word for word in words for part in _SECRET_PARTS):
@@ -214,8 +220,77 @@ CONVERTER = _choice(
         "org.apache.kafka.connect.json.JsonConverter": "json",
         "org.apache.kafka.connect.storage.StringConverter": "string",
         "org.apache.kafka.connect.converters.ByteArrayConverter": "bytes",
+        "io.confluent.connect.avro.AvroConverter": "avro",
+        "io.confluent.connect.protobuf.ProtobufConverter": "protobuf",
+        "io.confluent.connect.json.JsonSchemaConverter": "json_schema",
     },
 )
+REGISTRY_CLIENT_KEYS = ("url", "basic.auth.credentials.source", "basic.auth.user.info", "ssl.ca.location",
+                        "ssl.certificate.location", "ssl.key.location", "ssl.key.password", "timeout", "max.retries",
+                        "retries.wait.ms", "retries.max.wait.ms", "cache.capacity", "proxy")
+"""The schema-registry client settings lakesink passes on (`schema.registry.<setting>`, or per converter
+`value.converter.schema.registry.<setting>` / `key.converter.schema.registry.<setting>`; Kafka Connect's
+`<part>.converter.basic.auth.*` too)."""
+
+
+# --- how every Kafka client connects (security.protocol, sasl.*, ssl.*; built into client settings by
+# connector/kafka/clients.py) -------------------------------------------------------------------------------
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
+EndpointIdentification = Literal["https", "none"]
+_SASL_MECHANISM = _choice(get_args(SaslMechanism))
+OPTIONAL_SASL_MECHANISM = Kind(_SASL_MECHANISM.label, lambda text: _SASL_MECHANISM.parse(text) if text else None)
+JAAS_MODULES = {
+    "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
+    "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+}
+"""The login modules of `sasl.jaas.config` that librdkafka can stand in for, and the mechanisms each serves."""
+_JAAS_HEAD = re.compile(r"\s*([A-Za-z_$][\w.$]*)\s+(required|requisite|sufficient|optional)\b")
+_JAAS_OPTION = re.compile(r"""\s*([A-Za-z_][\w.-]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;"=]+)""")
+JAVA_KEYSTORE_KEYS = {
+    "ssl.truststore.location": "ssl.ca.location (the CA certificate as a PEM file)",
+    "ssl.truststore.password": "ssl.ca.location (a PEM file needs no password)",
+    "ssl.truststore.type": "ssl.ca.location (a PEM file)",
+    "ssl.keystore.location": "ssl.certificate.location and ssl.key.location (PEM files)",
+    "ssl.keystore.password": "ssl.key.password (for an encrypted ssl.key.location)",
+    "ssl.keystore.type": "ssl.certificate.location and ssl.key.location (PEM files)",
+}
+"""Kafka Connect's Java keystore keys: librdkafka reads no JKS, so each is refused naming the PEM keys to use."""
+
+
+def jaas_login(text: str) -> tuple[str, dict[str, str]]:
+    """The login module and options of a one-module JAAS configuration as Kafka Connect takes it
+    (`org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";`); ValueError
+    when it is not one."""
+    head = _JAAS_HEAD.match(text)
+    if head is None:
+        raise ValueError("expected '<LoginModule class> required name=\"value\" ...;', got something else")
+    options: dict[str, str] = {}
+    position = head.end()
+    while (option := _JAAS_OPTION.match(text, position)) is not None:
+        value = option.group(2)
+        options[option.group(1)] = re.sub(r"\\(.)", r"\1", value[1:-1]) if value.startswith('"') else value
+        position = option.end()
+    if not re.fullmatch(r"\s*;\s*", text[position:]):
+        raise ValueError("expected one login module: '<LoginModule class> required name=\"value\" ...;' ending "
+                         "with ';' (values with spaces in double quotes)")
+    return head.group(1), options
+
+
+def _parse_jaas(text: str) -> str | None:
+    if not text:
+        return None
+    module, _ = jaas_login(text)
+    if module not in JAAS_MODULES:
+        raise ValueError(f"{module.rsplit('.', 1)[-1]} is not supported (librdkafka reads no JAAS: lakesink takes "
+                         f"the username and password of PlainLoginModule or ScramLoginModule); for OAUTHBEARER or "
+                         f"GSSAPI set sasl.mechanism and the consumer./producer.sasl.oauthbearer.* or "
+                         f"sasl.kerberos.* keys")
+    return text
+
+
+JAAS = Kind("JAAS login", _parse_jaas)
 
 
 class LakesinkConfig(BaseModel):
@@ -246,6 +321,56 @@ class LakesinkConfig(BaseModel):
             "decide, never this key's.",
         ),
     ] = "earliest"
+    security_protocol: Annotated[
+        SecurityProtocol,
+        Key(_choice(get_args(SecurityProtocol)),
+            "How every Kafka client of lakesink (workers' consumers, control topic, dead-letter producer, the "
+            "coordinator's admin, `status`, `verify`) talks to the brokers: `SASL_SSL` and `SASL_PLAINTEXT` log in "
+            "with `sasl.*`, `SSL` and `SASL_SSL` encrypt with `ssl.*`. A `consumer.*` or `producer.*` key of the "
+            "same name overrides a connection key for that kind of client (admin clients take `consumer.*`)."),
+    ] = "PLAINTEXT"
+    sasl_mechanism: Annotated[
+        SaslMechanism | None,
+        Key(OPTIONAL_SASL_MECHANISM,
+            "SASL mechanism: `PLAIN` or `SCRAM-SHA-256`/`SCRAM-SHA-512` log in with `sasl.username` and "
+            "`sasl.password` (or `sasl.jaas.config`); `OAUTHBEARER` and `GSSAPI` take librdkafka's "
+            "`sasl.oauthbearer.*` / `sasl.kerberos.*` keys with the `consumer.` and `producer.` prefixes. Empty: "
+            "`PLAIN` with a PlainLoginModule `sasl.jaas.config`, else librdkafka's default (GSSAPI)."),
+    ] = None
+    sasl_username: Annotated[str | None, Key(OPTIONAL_TEXT, "SASL user name, with `sasl.password`.")] = None
+    sasl_password: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "SASL password of `sasl.username` (masked in logs and output; use "
+                                       "`${env:VAR}`).")
+    ] = None
+    sasl_jaas_config: Annotated[
+        str | None,
+        Key(JAAS, "Kafka Connect's way to give the SASL login, instead of `sasl.username`/`sasl.password`: "
+                  "`org.apache.kafka.common.security.scram.ScramLoginModule required username=\"u\" password=\"p\";` "
+                  "(or `...plain.PlainLoginModule`); lakesink hands its username and password to librdkafka, which "
+                  "reads no JAAS (masked in logs and output)."),
+    ] = None
+    ssl_ca_location: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "PEM file of the CA certificate(s) that signed the brokers' certificates; "
+                                       "empty: the system's CA store.")
+    ] = None
+    ssl_certificate_location: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "PEM file of this client's certificate, for brokers that require one (mTLS, "
+                                       "`ssl.client.auth=required`), with `ssl.key.location`.")
+    ] = None
+    ssl_key_location: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "PEM file of the private key of `ssl.certificate.location`.")
+    ] = None
+    ssl_key_password: Annotated[
+        str | None, Key(OPTIONAL_TEXT, "Password of an encrypted `ssl.key.location` (masked in logs and output).")
+    ] = None
+    ssl_endpoint_identification_algorithm: Annotated[
+        EndpointIdentification,
+        Key(_choice(get_args(EndpointIdentification), {"": "none"}),
+            "`https`: a broker's certificate must name the host it is reached at (its SAN); `none` (or empty, as "
+            "in Kafka Connect) skips that check, never the CA's. The Java keystore keys (`ssl.truststore.*`, "
+            "`ssl.keystore.*`) are refused: librdkafka takes the PEM files of `ssl.ca.location`, "
+            "`ssl.certificate.location` and `ssl.key.location`."),
+    ] = "https"
     offset_reset_policy: Annotated[
         OffsetResetPolicy,
         Key(
@@ -386,8 +511,20 @@ class LakesinkConfig(BaseModel):
         Converter,
         Key(
             CONVERTER,
-            "How record values are decoded: json (fields become columns), string or bytes; "
-            "the Kafka Connect converter class names are accepted too.",
+            "How record values are decoded: json (fields become columns), string or bytes (one `value` column), "
+            "or avro, protobuf or json_schema (the Schema Registry wire format: each record's writer schema, "
+            "fetched from `schema.registry.url`, types its columns; see *Types*); the Kafka Connect converter "
+            "class names are accepted too (`io.confluent.connect.avro.AvroConverter`, ...).",
+        ),
+    ] = "json"
+    key_converter: Annotated[
+        Converter,
+        Key(
+            CONVERTER,
+            "How record keys are read: json, string or bytes keep today's reading (`_kafka_key` holds the key's "
+            "bytes; keyed writes read JSON objects or a primitive key), avro, protobuf or json_schema read each key "
+            "with its writer schema from the registry (`_kafka_key` and the key columns of keyed writes take its "
+            "types).",
         ),
     ] = "json"
     value_converter_schemas_enable: Annotated[
@@ -538,6 +675,17 @@ class LakesinkConfig(BaseModel):
     consumer_overrides: dict[str, str] = Field(default_factory=dict)
     producer_overrides: dict[str, str] = Field(default_factory=dict)
     spark_conf: dict[str, str] = Field(default_factory=dict)
+    schema_registry_settings: dict[str, str] = Field(default_factory=dict)
+    value_converter_settings: dict[str, str] = Field(default_factory=dict)
+    key_converter_settings: dict[str, str] = Field(default_factory=dict)
+
+    def registry_settings(self, part: str) -> dict[str, str] | None:
+        """The schema-registry client settings of the `value` or `key` converter (None when it reads no registry
+        format): `schema.registry.*`, overridden by `<part>.converter.schema.registry.*` and Kafka Connect's
+        `<part>.converter.basic.auth.*`."""
+        if getattr(self, f"{part}_converter") not in REGISTRY_CONVERTERS:
+            return None
+        return _registry_settings(self.schema_registry_settings, getattr(self, f"{part}_converter_settings"))
 
     _env_secrets: tuple[str, ...] = PrivateAttr(default=())
     """What `${env:VAR}` substitution put into a secret key, or read from a variable with a secret name
@@ -599,7 +747,10 @@ class LakesinkConfig(BaseModel):
         `password="..."`, which a client library may echo alone), and what `${env:VAR}` substitution supplied to a
         secret key or read from a secret-named variable."""
         values = list(self.secret_properties().values())
-        found = [*values, *(part for value in values for part in _embedded_secrets(value)), *self._env_secrets]
+        in_urls = [part for key, value in self._properties().items() if key.endswith("url")
+                   for part in _url_credentials(value)]
+        found = [*values, *(part for value in values for part in _embedded_secrets(value)), *in_urls,
+                 *self._env_secrets]
         return tuple(dict.fromkeys(found))
 
     def _properties(self) -> dict[str, str]:
@@ -626,8 +777,72 @@ _PAIR = re.compile(r"""([A-Za-z_][\w.-]*)\s*=\s*("[^"]*"|'[^']*'|[^\s"';,&]+)"""
 
 
 def _embedded_secrets(value: str) -> list[str]:
-    """The values of the secret-named pairs inside a secret value, unquoted."""
-    return [match.group(2).strip("\"'") for match in _PAIR.finditer(value) if is_secret(match.group(1))]
+    """The values of the secret-named pairs inside a secret value, unquoted (a JAAS login's as jaas_login reads
+    them, escapes and all)."""
+    try:
+        login = [v for k, v in jaas_login(value)[1].items() if is_secret(k)]
+    except ValueError:
+        login = []
+    return [*(match.group(2).strip("\"'") for match in _PAIR.finditer(value) if is_secret(match.group(1))), *login]
+
+
+def _url_credentials(url: str) -> list[str]:
+    """The password (and `user:password`) written into URLs (`https://user:password@registry:8081`)."""
+    found = []
+    for one in url.split(","):
+        try:
+            parts = urllib.parse.urlsplit(one.strip())
+            password = parts.password
+        except ValueError:
+            continue
+        if password:
+            found += [urllib.parse.unquote(password),
+                      f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(password)}"]
+    return found
+
+
+def _registry_settings(common: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
+    """`schema.registry.*` (stored without the prefix) overridden by a converter's `schema.registry.*` and
+    `basic.auth.*` settings (stored without `<part>.converter.`)."""
+    settings = dict(common)
+    for key, value in own.items():
+        settings[key[len("schema.registry."):] if key.startswith("schema.registry.") else key] = value
+    return settings
+
+
+def _registry_problems(values: Mapping[str, Any]) -> list[str]:
+    """Unknown registry settings, and a registry format without a registry URL."""
+    problems = []
+    for prefix, attr in (("schema.registry.", "schema_registry_settings"),
+                         ("value.converter.", "value_converter_settings"),
+                         ("key.converter.", "key_converter_settings")):
+        for key in values.get(attr, {}):
+            setting = key[len("schema.registry."):] if prefix != "schema.registry." and \
+                key.startswith("schema.registry.") else key
+            if prefix != "schema.registry." and not key.startswith(("schema.registry.", "basic.auth.")):
+                problems.append(f"{prefix}{key}: not a converter setting lakesink reads (it takes "
+                                f"{prefix}schema.registry.<setting> and {prefix}basic.auth.*; see "
+                                f"docs/configuration.md)")
+            elif setting not in REGISTRY_CLIENT_KEYS:
+                problems.append(f"{prefix}{key}: not a schema registry client setting (known: "
+                                f"{', '.join(REGISTRY_CLIENT_KEYS)})")
+    for part in ("value", "key"):
+        converter = values.get(f"{part}_converter", "json")
+        source = _registry_settings(values.get("schema_registry_settings", {}),
+                                   values.get(f"{part}_converter_settings", {})).get("basic.auth.credentials.source")
+        if source is not None and source.upper() not in ("USER_INFO", "URL"):
+            problems.append(f"{part}.converter basic.auth.credentials.source={source}: lakesink takes USER_INFO "
+                            f"(basic.auth.user.info) or URL (user:password@ in the URL)")
+        if converter in REGISTRY_CONVERTERS:
+            url = _registry_settings(values.get("schema_registry_settings", {}),
+                                     values.get(f"{part}_converter_settings", {})).get("url")
+            if not url:
+                problems.append(f"{part}.converter={converter} needs a schema registry: set schema.registry.url "
+                                f"(or {part}.converter.schema.registry.url)")
+        elif values.get(f"{part}_converter_settings"):
+            problems.append(f"{part}.converter.schema.registry.* and {part}.converter.basic.auth.* do nothing with "
+                            f"{part}.converter={converter}")
+    return problems
 
 
 def _stored_key(prefix: str, key: str) -> str:
@@ -709,13 +924,18 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
     if values.get("delete_truncate_enabled") and (mode != "upsert" or values.get("value_envelope") != "debezium"):
         problems.append("delete.truncate.enabled=true needs write.mode=upsert and value.envelope=debezium (truncates "
                         "are Debezium events; write.mode=changelog keeps them as rows)")
-    if values.get("value_envelope") == "debezium" and values.get("value_converter", "json") != "json":
-        problems.append("value.envelope=debezium needs value.converter=json")
+    typed_values = ("json", *REGISTRY_CONVERTERS)
+    if values.get("value_envelope") == "debezium" and values.get("value_converter", "json") not in \
+            ("json", "avro", "json_schema"):
+        problems.append("value.envelope=debezium needs value.converter=json, avro or json_schema (lakesink does not "
+                        "read Debezium's envelopes in Protobuf)")
     if values.get("value_converter_schemas_enable") and values.get("value_converter", "json") != "json":
         problems.append("value.converter.schemas.enable=true needs value.converter=json (schemas come with JSON "
                         "values)")
-    if mode != "append" and values.get("value_converter", "json") != "json":
-        problems.append(f"write.mode={mode} needs value.converter=json: keys are fields of JSON objects")
+    if mode != "append" and values.get("value_converter", "json") not in typed_values:
+        problems.append(f"write.mode={mode} needs value.converter=json, avro, protobuf or json_schema: keys are "
+                        f"fields of the values")
+    problems.extend(_registry_problems(values))
     order = values.get("upsert_order_field")
     if order in EVENT_ORDER_FIELDS:
         if values.get("value_envelope") != "debezium":
@@ -726,6 +946,7 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
                             f"_cdc_* column to order later changes against")
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
+    problems.extend(_connection_problems(values))
     return problems
 
 
@@ -746,6 +967,53 @@ def _s3_key_unused(values: Mapping[str, Any]) -> str | None:
     return "target.base.path is not an S3 location (s3:// or s3a://), and only the table is stored there"
 
 
+def _connection_problems(values: Mapping[str, Any]) -> list[str]:
+    """Problems of the connection keys together: one login given twice or half, a mechanism that cannot use it, a
+    client certificate without its key."""
+    problems = []
+    sasl = str(values.get("security_protocol", "PLAINTEXT")).startswith("SASL")
+    mechanism, jaas = values.get("sasl_mechanism"), values.get("sasl_jaas_config")
+    user, password = values.get("sasl_username"), values.get("sasl_password")
+    if jaas is not None:
+        module, options = jaas_login(jaas)
+        short, allowed = module.rsplit(".", 1)[-1], JAAS_MODULES.get(module, ())
+        if user is not None or password is not None:
+            problems.append("sasl.jaas.config and sasl.username/sasl.password: give the login once, in one of them")
+        missing = [name for name in ("username", "password") if not options.get(name)]
+        if missing:
+            problems.append(f"sasl.jaas.config: {short} needs " + " and ".join(f'{m}="..."' for m in missing))
+        if allowed and (mechanism or ("PLAIN" if allowed == ("PLAIN",) else None)) not in allowed:
+            problems.append(f"sasl.mechanism: the {short} of sasl.jaas.config needs sasl.mechanism="
+                            f"{' or '.join(allowed)}" + (f" (it is {mechanism})" if mechanism else ""))
+    elif (user is None) != (password is None):
+        problems.append("sasl.username and sasl.password: set both, or neither")
+    elif user is not None and sasl and mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        why = f"{mechanism} does not use them" if mechanism else "unset, librdkafka uses GSSAPI"
+        problems.append(f"sasl.mechanism: set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 to log in with sasl.username and "
+                        f"sasl.password ({why})")
+    if (values.get("ssl_certificate_location") is None) != (values.get("ssl_key_location") is None):
+        problems.append("ssl.certificate.location and ssl.key.location: set both (the client certificate and its "
+                        "private key), or neither")
+    return problems
+
+
+def _connection_unused(family: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """The reason a `sasl.*` or `ssl.*` key does nothing: no client's security.protocol uses SASL, or TLS."""
+    def reason(values: Mapping[str, Any]) -> str | None:
+        protocol = values.get("security_protocol", "PLAINTEXT")
+        protocols = {protocol, *(str(values.get(attr, {}).get("security.protocol", protocol)).upper()
+                                 for attr in ("consumer_overrides", "producer_overrides"))}
+        uses = any(p.startswith("SASL") if family == "sasl" else p.endswith("SSL") for p in protocols)
+        return None if uses else f"security.protocol={protocol} uses no {family.upper()}"
+
+    return reason
+
+
+_CONNECTION_NOT_APPLYING = tuple((key, _connection_unused(key.split(".")[0])) for key in (
+    "sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.config", "ssl.ca.location",
+    "ssl.certificate.location", "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm"))
+
+
 NOT_APPLYING: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] = (
     ("record.key.fields", lambda v: "write.mode=append appends every record as a row and matches no key"
      if v.get("write_mode") == "append" else None),
@@ -761,17 +1029,19 @@ NOT_APPLYING: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] 
      if v.get("metrics_port") == 0 else None),
     *((key, _s3_key_unused) for key in ("s3.endpoint", "s3.region", "s3.path.style.access.enabled",
                                         "aws.access.key.id", "aws.secret.access.key")),
+    *_CONNECTION_NOT_APPLYING,
 )
 """Keys that do nothing with some values of others: (key, reason(values) or None). LakesinkConfig.warnings() names
 each one a file sets where its reason applies."""
 
 
 def _unknown_key(key: str) -> str:
-    guess = difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
     head, _, rest = key.partition(".")
     prefixes = [prefix.rstrip(".") for prefix in PASS_THROUGH]
-    if not guess and rest and (close := difflib.get_close_matches(head, prefixes, n=1)):
-        guess = [f"{close[0]}.{rest}"]
+    close = difflib.get_close_matches(head, prefixes, n=1) if rest else []
+    # a misspelt prefix first: `consumr.security.protocol` means the consumer's, not the top-level key
+    guess = [f"{close[0]}.{rest}"] if close and close[0] != head else \
+        difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
     if guess:
         return f"unknown key {key!r} (did you mean {guess[0]!r}?)"
     return (
@@ -812,6 +1082,9 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
             continue
         setting = SETTINGS_BY_NAME.get(key)
         prefix = next((p for p in PASS_THROUGH if key.startswith(p)), None)
+        if key in JAVA_KEYSTORE_KEYS:
+            problems.append(f"{key}: librdkafka reads no Java keystore; use {JAVA_KEYSTORE_KEYS[key]}")
+            continue
         if setting is None and prefix is None:
             problems.append(_unknown_key(key))
             continue
@@ -901,9 +1174,24 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
 - **Environment variables**: `${env:VAR}` anywhere in a value is replaced by the variable `VAR`
   (a variable that is not set is a configuration error). Use it for secrets.
 - **Pass-through prefixes**: `consumer.*` and `producer.*` keys go, without their prefix, to the
-  librdkafka consumer and producer (e.g. `consumer.security.protocol=SASL_SSL`); every `spark.*` key
-  other than `spark.master` goes to the Spark session as it is (e.g. `spark.driver.memory=4g`).
+  librdkafka consumers (and admin clients) and producers (e.g. `consumer.fetch.max.bytes=104857600`); every
+  `spark.*` key other than `spark.master` goes to the Spark session as it is (e.g. `spark.driver.memory=4g`).
   Servers, group id and offset reset are set by the `kafka.*` keys only.
+- **Secured clusters**: the connection keys (`security.protocol`, `sasl.*`, `ssl.*`) reach every Kafka client
+  lakesink opens; a `consumer.*` or `producer.*` key of the same name overrides one for that kind of client.
+  Start-up (and `lakesink validate`, for a secured cluster) asks the brokers for metadata first: a refused login
+  or certificate stops it within seconds with one line naming the broker and the reason.
+- **Schema registry** (`value.converter` or `key.converter` = `avro`, `protobuf`, `json_schema`): `schema.registry.*`
+  keys go, without their prefix, to the registry client of both converters: `schema.registry.url` (required; a
+  comma-separated list is tried in turn), `schema.registry.basic.auth.credentials.source` (`USER_INFO`, or `URL`
+  for `https://user:password@host` URLs), `schema.registry.basic.auth.user.info` (`user:password`, secret),
+  `schema.registry.ssl.ca.location`, `schema.registry.ssl.certificate.location`, `schema.registry.ssl.key.location`,
+  `schema.registry.ssl.key.password` (PEM files), `schema.registry.timeout` (seconds), `schema.registry.max.retries`,
+  `schema.registry.retries.wait.ms`, `schema.registry.retries.max.wait.ms`, `schema.registry.cache.capacity`,
+  `schema.registry.proxy`. Kafka Connect's per-converter keys override them for one converter:
+  `value.converter.schema.registry.url`, `value.converter.basic.auth.credentials.source`,
+  `value.converter.basic.auth.user.info`, `value.converter.schema.registry.<setting>` (and `key.converter.*`).
+  Any other `value.converter.*` / `key.converter.*` key is an error, so a typo never passes unnoticed.
 - **The coordinator's Spark driver** only reads and writes the Delta log when it appends (the workers' Parquet
   files are committed as they are), so lakesink starts it with `spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1
   -XX:+UseSerialGC` (quick start, one GC thread); with `write.mode=upsert` or `dedup` it runs MERGEs over the rows
@@ -997,7 +1285,47 @@ def types_markdown() -> str:
 
     rows = ["| Connect / Debezium type | Delta type | Conversion |", "|---|---|---|"]
     rows += [f"| {_cell(source)} | {_cell(delta)} | {_cell(how)} |" for source, delta, how in TYPE_TABLE]
-    return _TYPES_HEADER + "\n".join(rows) + "\n\n## Keys\n\n"
+    return _TYPES_HEADER + "\n".join(rows) + "\n\n" + registry_types_markdown() + "## Keys\n\n"
+
+
+_REGISTRY_TYPES_HEADER = """
+## Types of Avro, Protobuf and JSON Schema records (`value.converter=avro|protobuf|json_schema`)
+
+Each record is in the Schema Registry wire format: magic byte 0 and a 4-byte schema id before the payload
+(Protobuf adds its message indexes), or the schema's id in a `__value_schema_id` / `__key_schema_id` header. The
+writer schema of each id is fetched from `schema.registry.url` once and compiled once; **the writer schema decides
+each column's type**, by the tables below, and each record is read with its own writer schema, so records written
+with older versions keep their values. A new schema version that adds fields or widens a type (what the registry's
+BACKWARD compatibility allows) meets the table by the rules of *Types* above: a new field is a new nullable column
+with `schema.evolution=true`, in the same Delta commit as the first records that carry it (older rows read it as
+null); a wider type widens the column where the table allows type widening; a narrowing or any other change of
+type is a record error (`TypeMismatch`) naming the column and both types. The record errors of these formats:
+`NotRegistryFramed` (no magic byte and schema id: the topic is in another format), `UnknownSchemaId` (the registry
+has no such id; asked again after 30 s), `MalformedPayload` (a payload its writer schema cannot read: truncated, or
+written with another schema), `InvalidConnectSchema` (a writer schema that cannot be a table: a DECIMAL beyond 38
+digits, a recursive type). **A registry that does not answer** (refused, timed out, HTTP 5xx, or refusing
+lakesink's credentials) is not a record error: the partition waits, paused, its offsets untouched and nothing
+skipped; it is read again at each transaction, with one log line each time, `/health` says `degraded` with the
+registry's error, and `schema_registry_waiting_partitions` counts the partitions waiting.
+
+With `write.mode=upsert|dedup|changelog` and `value.envelope=debezium`, Debezium's Avro envelopes work as its JSON
+ones do: the Connect and Debezium types Connect's Avro converter writes as `connect.name` (`io.debezium.time.*`,
+`VariableScaleDecimal`, ...) and `connect.type` (`int8`, `int16`) are decoded as in *Types* above. Keys in a
+registry format (`key.converter`) type `_kafka_key` and the key columns of keyed writes.
+
+"""
+
+
+def registry_types_markdown() -> str:
+    """The type mappings of the schema-registry formats (connector/formats/avro.py, protobuf.py, json_schema.py)."""
+    from connector.formats import avro, json_schema, protobuf
+
+    out = [_REGISTRY_TYPES_HEADER]
+    for title, module in (("Avro", avro), ("Protobuf", protobuf), ("JSON Schema", json_schema)):
+        out.append(f"### {title}\n\n| {title} type | Delta type | Conversion |\n|---|---|---|")
+        out += [f"| {_cell(source)} | {_cell(delta)} | {_cell(how)} |" for source, delta, how in module.TYPE_TABLE]
+        out.append("")
+    return "\n".join(out) + "\n"
 
 
 def inference_markdown() -> str:

@@ -116,7 +116,8 @@ def setup_logging(level: str = "INFO", fmt: str = "text", connector: str | None 
     _process.clear()
     if connector is not None:
         _process["connector"] = connector
-    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # a line per JVM call or connection
+    # a line per JVM call or connection (py4j), per schema-registry request (httpx, httpcore)
+    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     return handler
 

@@ -79,6 +79,11 @@ class Metrics:
         self.txn_dead_lettered_only_streak = Gauge("txn_dead_lettered_only_streak",
                                                    "Such transactions in a row up to the last commit; 0 once a "
                                                    "transaction brings a row to the table.", registry=r)
+        self.registry_waiting = Gauge("schema_registry_waiting_partitions",
+                                      "Partitions whose records wait for the schema registry to answer (nothing "
+                                      "of them is read or skipped meanwhile).", registry=r)
+        self.registry_problem: str | None = None
+        """The schema registry's last failure while some partition waits for it."""
         # both
         self.control_ignored = Counter("control_messages_ignored",
                                        "Control messages ignored, by the role that ignored them and why.",

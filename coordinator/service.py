@@ -27,6 +27,7 @@ from connector.errors import (
     TableHistoryError,
 )
 from connector.faults import fault_point
+from connector.kafka.clients import KafkaClients, check_connection
 from connector.loop import run_until_stopped
 from connector.protocol.messages import (
     AckCommit,
@@ -113,6 +114,7 @@ class CoordinatorService:
         self._sweep_due = 0.0  # monotonic time of the next sweep of unreferenced files
         self._spark_thread: threading.Thread | None = None
         self._spark_error: BaseException | None = None
+        self._kafka = KafkaClients.of(cfg)  # the settings of every Kafka client this coordinator opens
         self._admin_client: AdminClient | None = None  # made when first needed, released by close()
         self._channel: ControlChannel | None = None
         self.state: CoordinatorState | None = None
@@ -191,9 +193,9 @@ class CoordinatorService:
         # the bucket answers, the credentials can write, and every commit can be put-if-absent: else one line, and
         # nothing is written (connector/storage/checks.py)
         check_store(self.store, cfg.name)
+        check_connection(self._kafka)  # a refused login or certificate: one line, before Spark starts
         self._warm_up_spark()
-        self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, "coordinator",
-                                       dict(cfg.producer_overrides), dict(cfg.consumer_overrides),
+        self._channel = ControlChannel(self._kafka, cfg.control_topic_name, cfg.name, "coordinator",
                                        identity=identity(self.store.root.delta_uri, cfg.kafka_topic_names)).open()
         self._execute(self._begin())
         return self
@@ -349,8 +351,7 @@ class CoordinatorService:
     @property
     def _admin(self) -> AdminClient:
         if self._admin_client is None:
-            self._admin_client = AdminClient({"bootstrap.servers": self.cfg.kafka_bootstrap_servers,
-                                              **dict(self.cfg.consumer_overrides)})
+            self._admin_client = AdminClient(self._kafka.config("admin"))
         return self._admin_client
 
     def close(self) -> None:
@@ -655,10 +656,9 @@ class CoordinatorService:
         cfg = self.cfg
         coordinates = [(v.topic, v.partition, v.offset) for v in violations if v.offset is not None]
         try:
-            originals = fetch(cfg.kafka_bootstrap_servers, dict(cfg.consumer_overrides), coordinates) if coordinates else {}
+            originals = fetch(self._kafka, coordinates) if coordinates else {}
             if self._dlq is None:
-                self._dlq = DeadLetterProducer(cfg.kafka_bootstrap_servers, cfg.errors_deadletterqueue_topic_name,
-                                               dict(cfg.producer_overrides))
+                self._dlq = DeadLetterProducer(self._kafka, cfg.errors_deadletterqueue_topic_name)
             for v in violations:
                 record = originals.get((v.topic, v.partition, v.offset))
                 self._dlq.produce(record.key if record else None, record.value if record else v.row.encode(),

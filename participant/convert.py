@@ -22,6 +22,7 @@ from connector.formats import connect
 from connector.formats.connect import Decoder, DecoderCache
 from connector.formats.debezium import DELETE, UPSERT, Change, event_row
 from connector.formats.fit import cast_to, fit, never, widens
+from connector.formats.registry import FORMATS, RegistryReader, WriterSchema
 from connector.formats.plain_json import JsonRows, kept_indices, true_indices, utf8_problem
 from connector.formats.problems import (  # noqa: F401 - the record error names, for the worker and tests
     DELETE_NOT_ENABLED,
@@ -57,7 +58,7 @@ from connector.upsert import (
     reserved_columns,
 )
 
-CONVERTERS = ("json", "string", "bytes")
+CONVERTERS = ("json", "string", "bytes", *FORMATS)
 MISSING_ORDER_VALUE = "MissingOrderValue"
 
 
@@ -110,24 +111,40 @@ class Converter:
         upsert: UpsertSpec | None = None,
         value_schemas: bool = False,
         key_schemas: bool = False,
+        value_registry: RegistryReader | None = None,
+        key_registry: RegistryReader | None = None,
     ):
         """value_schemas / key_schemas: `value.converter.schemas.enable` / `key.converter.schemas.enable`: every
-        value (key) is Kafka Connect's `{"schema": ..., "payload": ...}` and its schema types the columns."""
+        value (key) is Kafka Connect's `{"schema": ..., "payload": ...}` and its schema types the columns.
+        value_registry / key_registry: how values (keys) in the Schema Registry wire format are read
+        (value.converter / key.converter = avro, protobuf or json_schema); their writer schemas type the columns."""
         if value_converter not in CONVERTERS:
             raise ConfigError(f"value.converter: expected one of {', '.join(CONVERTERS)}, got {value_converter!r}")
         if max_record_bytes <= 0:
             raise ConfigError(f"max.record.bytes: expected a positive integer, got {max_record_bytes}")
         upsert = upsert or UpsertSpec(meta=connect_meta_data)
-        if upsert.unwraps and value_converter != "json":
+        if value_converter in FORMATS and value_registry is None:
+            raise ConfigError(f"value.converter={value_converter} needs a schema registry (schema.registry.url)")
+        if upsert.unwraps and value_converter not in ("json", *FORMATS):
             raise ConfigError(f"write.mode={upsert.mode} with value.envelope={upsert.envelope} needs "
-                              f"value.converter=json (it is {value_converter})")
+                              f"value.converter=json, avro, protobuf or json_schema (it is {value_converter})")
         self.value_converter = value_converter
         self.connect_meta_data = connect_meta_data
         self.max_record_bytes = max_record_bytes
         self.allow_new_fields = allow_new_fields
         self.upsert = upsert
         self.value_schemas = value_schemas and value_converter == "json"
-        self.key_schemas = key_schemas
+        self._value_registry = value_registry if value_converter in FORMATS else None
+        self._key_registry = key_registry
+        self.typed = self.value_schemas or self._value_registry is not None
+        """Each value's own schema (Connect's, or its writer schema in the registry) types its columns."""
+        self.key_schemas = key_schemas or key_registry is not None
+        self._topic = ""
+        self._headers_of: Callable[[int], list[tuple[str, bytes]] | None] = lambda i: None
+        self._record = 0
+        """The record of the batch whose key is being read (its headers may hold the key's schema id)."""
+        self._column_ids: dict[str, int] = {}
+        """Casefolded column name -> the writer schema id whose records first gave it its type (this process)."""
         self._decoders = DecoderCache()
         self._key_type: pa.DataType | None = None
         self._type_widening = False
@@ -142,13 +159,13 @@ class Converter:
     def set_schema(self, schema: pa.Schema | None) -> None:
         """The table's schema, once the table exists (its _kafka_* columns are ignored when meta data is on);
         None forgets it and infers again. The string and bytes converters have a fixed schema and ignore it."""
-        if self.value_converter != "json":
+        if self.value_converter in ("string", "bytes"):
             return
         if schema is not None:
             # the columns lakesink adds after the conversion are no fields a record may bring
             schema = pa.schema([f for f in schema if not self._reserved_name(f.name)], metadata=schema.metadata)
         # typed records fill any column their schema maps to; plain JSON only those its reader can
-        self._rows.hold(schema, check=not self.value_schemas)
+        self._rows.hold(schema, check=not self.typed)
 
     def set_name_policy(self, policy: str, table_maps_names: bool | None) -> None:
         """`field.name.policy` and the table's column mapping (None: no table yet): what a field whose name Delta's
@@ -250,6 +267,7 @@ class Converter:
         headers_of: Callable[[int], list[tuple[str, bytes]] | None],
     ) -> ConvertResult:
         n = len(values)
+        self._topic, self._headers_of = topic, headers_of
         value_array = pa.array(values, pa.binary())
         key_array = pa.array(keys, pa.binary())
         value_lengths = pc.binary_length(value_array).fill_null(0)
@@ -276,11 +294,13 @@ class Converter:
         if self.value_converter == "json" and not self.value_schemas:
             _reject_wrapped(values, value_array, rejected)
         cut = None
-        if self.upsert.unwraps and self.value_schemas:
+        if self.upsert.unwraps and self.typed:
             data, kept, changes = self._typed_changes(keys, values, rejected)
         elif self.upsert.unwraps:
             lines, changes = self._unwrap(keys, values, rejected)
             data, kept, cut = self._read_plain(lines, pa.array(lines, pa.binary()), rejected)
+        elif self._value_registry is not None:
+            data, kept = self._registry_typed(values, rejected)
         elif self.value_schemas:
             data, kept = self._typed(values, rejected, value_array)
         elif self.value_converter == "json":
@@ -396,6 +416,59 @@ class Converter:
                 parts.append((kept, decoder.rows(rows)))
         return self._fit_parts(parts, rejected)
 
+    def _registry_typed(
+        self, values: list[bytes | None], rejected: dict[int, tuple[str, str]]
+    ) -> tuple[pa.Table | None, list[int] | None]:
+        """Rows of the records not in `rejected`, each read with its writer schema from the registry: one table
+        per writer schema (built column by column where the format can), held to this converter's schema by
+        `_fit_parts`."""
+        registry = self._value_registry
+        groups: dict[int, tuple[WriterSchema, list[int], list[bytes]]] = {}
+        for i, value in enumerate(values):
+            if i in rejected:
+                continue
+            try:
+                writer, payload = registry.split(value, self._topic, self._headers_of(i))
+            except Problem as problem:
+                rejected[i] = (problem.error_class, problem.message)
+                continue
+            if writer.decoder.schema.type != "struct":
+                rejected[i] = (NOT_AN_OBJECT, f"the value's writer schema is a {writer.decoder.schema.type}, not a "
+                                              f"record: a row needs fields (value.converter=bytes keeps it whole)")
+                continue
+            group = groups.setdefault(id(writer), (writer, [], []))
+            group[1].append(i)
+            group[2].append(payload)
+        parts, ids = [], []
+        for writer, index, payloads in groups.values():
+            table = writer.read_many(payloads) if writer.read_many is not None else None
+            if table is not None:
+                parts.append((index, table))
+                ids.append(writer.schema_id)
+                continue
+            rows, kept = [], []
+            for i, payload in zip(index, payloads):
+                try:
+                    rows.append(writer.decoder.to_value(writer.read(payload), ""))
+                    kept.append(i)
+                except Problem as problem:
+                    rejected[i] = (problem.error_class, problem.message)
+            if rows:
+                parts.append((kept, writer.decoder.rows(rows)))
+                ids.append(writer.schema_id)
+        return self._fit_parts(parts, rejected, ids)
+
+    def _split(self, data: bytes, i: int, key: bool = False) -> tuple[Decoder, Any]:
+        """A typed record's value (or key) as its decoder and its payload, ready for the decoder's `to_value`: read
+        with its writer schema from the registry, or Kafka Connect's JSON wrapper parsed. Raises Problem, and
+        RegistryUnavailable when the registry does not answer."""
+        registry = self._key_registry if key else self._value_registry
+        if registry is not None:
+            writer, payload = registry.split(data, self._topic, self._headers_of(i))
+            return writer.decoder, writer.read(payload)
+        decoder, text = self._decoders.split(data)
+        return decoder, connect.load_payload(text)
+
     def _typed_changes(
         self, keys: list[bytes | None], values: list[bytes | None], rejected: dict[int, tuple[str, str]]
     ) -> tuple[pa.Table | None, list[int] | None, list[Change | None]]:
@@ -409,6 +482,7 @@ class Converter:
             if problem is not None and not (self.upsert.takes_deletes and problem[0] == NULL_VALUE):
                 continue
             try:
+                self._record = i
                 fields, row, change = self._typed_change(keys[i], values[i])
             except Problem as rejection:
                 rejected[i] = (rejection.error_class, rejection.message)
@@ -435,8 +509,7 @@ class Converter:
         if value is None:  # a tombstone, here only with deletes on
             row, change = {}, DELETE
         else:
-            decoder, payload_text = self._decoders.split(value)
-            payload = connect.load_payload(payload_text)
+            decoder, payload = self._split(value, self._record)
             if spec.envelope == "debezium":
                 row, change = event_row(payload, self.upsert)
                 decoder = _child(decoder, "before" if change.delete else "after") if row else None
@@ -466,22 +539,21 @@ class Converter:
     def _typed_key(self, key: bytes | None) -> tuple[dict[str, Any], dict[str, Decoder]]:
         """The Kafka key's fields as typed values and their decoders: typed by the key's Connect schema when it has
         one (the wrapper is recognised whatever key.converter.schemas.enable says), else as plain JSON values."""
-        if key is not None and _WRAPPED_HEAD.match(key):
+        if key is not None and (self._key_registry is not None or _WRAPPED_HEAD.match(key)):
+            whose = "writer schema" if self._key_registry is not None else "Connect schema"
             try:
-                decoder, payload = self._decoders.split(key)
-                parsed = connect.load_payload(payload)
+                decoder, parsed = self._split(key, self._record, key=True)
                 if decoder.schema.type == "struct":
                     values = decoder.to_value(parsed, "") if parsed is not None else None
                     if values is not None:
                         return values, dict(decoder.children)
                 elif parsed is not None and decoder.schema.type not in ("array", "map"):
-                    name = next(iter(self._primitive_key(parsed, payload.decode() if isinstance(payload, bytes)
-                                                         else str(payload))))
+                    name = next(iter(self._primitive_key(parsed, json.dumps(parsed, default=str))))
                     return {name: decoder.to_value(parsed, name)}, {name: decoder}
             except Problem as problem:
-                raise Problem(MISSING_KEY, f"the Kafka key cannot be read with its Connect schema: {problem.message}"
+                raise Problem(MISSING_KEY, f"the Kafka key cannot be read with its {whose}: {problem.message}"
                                 ) from None
-            raise Problem(MISSING_KEY, f"the Kafka key's Connect payload is no struct; {_KEY_HINT}")
+            raise Problem(MISSING_KEY, f"the Kafka key's {whose} is no struct; {_KEY_HINT}")
         if key is not None and self.key_schemas:
             raise Problem(MISSING_KEY, _KEY_NOT_WRAPPED)
         parsed = self._key_object(key, unwrap=False)
@@ -501,8 +573,8 @@ class Converter:
             if key is None or i in rejected:
                 continue
             try:
-                decoder, payload = self._decoders.split(key)
-                value = decoder.to_value(connect.load_payload(payload), "_kafka_key")
+                decoder, payload = self._split(key, i, key=True)
+                value = decoder.to_value(payload, "_kafka_key")
             except Problem as problem:
                 if problem.error_class == connect.NOT_WRAPPED:
                     rejected[i] = (MISSING_KEY, _KEY_NOT_WRAPPED)
@@ -519,10 +591,12 @@ class Converter:
         return typed
 
     def _fit_parts(
-        self, parts: list[tuple[list[int], pa.Table]], rejected: dict[int, tuple[str, str]]
+        self, parts: list[tuple[list[int], pa.Table]], rejected: dict[int, tuple[str, str]],
+        schema_ids: list[int] | None = None,
     ) -> tuple[pa.Table | None, list[int] | None]:
         """Typed tables (with the record numbers of their rows) held to the schema this converter holds, as one
-        table in record order; the rows that do not fit go into `rejected`."""
+        table in record order; the rows that do not fit go into `rejected`. `schema_ids`: each part's writer
+        schema id in the registry, which a type mismatch names with the id that gave the column its type."""
         whose = "the table schema" if self._rows.from_table else "the schema of earlier records"
         open_ = self.allow_new_fields or not self._rows.from_table
         if not self._rows.from_table:
@@ -530,7 +604,8 @@ class Converter:
         else:
             widen = arrow_widens if self.allow_new_fields and self._type_widening else never
         tables, order = [], []
-        for index, table in parts:
+        for number, (index, table) in enumerate(parts):
+            schema_id = schema_ids[number] if schema_ids is not None else None
             reserved = [name for name in table.column_names if self._reserved_name(name)]
             if reserved:
                 for i in index:
@@ -540,9 +615,12 @@ class Converter:
             table = self._named(table, index, rejected)
             fitted = fit(table, self._rows.schema, open_, whose, widen)
             for row, error in fitted.errors.items():
-                rejected[index[row]] = error
+                rejected[index[row]] = error if schema_id is None else self._with_schema_ids(error, schema_id)
             if fitted.table is not None:
                 self._rows.schema = fitted.schema
+                if schema_id is not None:  # the columns its writer schema has (a table column it lacks: not its)
+                    for name in table.column_names:
+                        self._column_ids.setdefault(name.casefold(), schema_id)
                 tables.append(fitted.table)
                 order.extend(index[row] for row in fitted.kept)
         if not tables:
@@ -553,6 +631,18 @@ class Converter:
             data = data.take(pa.array(permutation, pa.int64()))
             order = [order[p] for p in permutation]
         return data, order
+
+    def _with_schema_ids(self, error: tuple[str, str], schema_id: int) -> tuple[str, str]:
+        """A type mismatch of a record read with writer schema `schema_id`, naming it and the schema id that gave
+        the column its type (when this process saw it)."""
+        error_class, message = error
+        if error_class != TYPE_MISMATCH:
+            return error
+        column = re.search(r"(?:column|field) '([^']+)'", message)
+        earlier = self._column_ids.get(column.group(1).casefold()) if column else None
+        given = f"; the column's type came from writer schema id {earlier}" if earlier is not None else \
+            "; the column's type came from the table"
+        return error_class, f"{message} (the record's writer schema id {schema_id}{given})"
 
     def _named(self, table: pa.Table, index: list[int], rejected: dict[int, tuple[str, str]]) -> pa.Table:
         """A typed table's columns under field.name.policy (connector/formats/json_types.py applies it to plain

@@ -24,6 +24,8 @@ from connector.clock import Clock, Deadline, SystemClock
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, RecordError, SetupError
 from connector.faults import fault_point
+from connector.formats.registry import RegistryReader, RegistryUnavailable
+from connector.kafka.clients import KafkaClients, check_connection
 from connector.kafka.deadletter import DeadLetterError, DeadLetterProducer
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
@@ -132,6 +134,11 @@ class Worker:
         # this worker; each holds the table's view (data schema, key type, type widening) set on all of them
         self._converters: dict[tuple[str, int], Converter] = {}
         self._table_view: tuple = (None, None, False, None)
+        # the schema registry's readers (value.converter / key.converter = avro, protobuf, json_schema): shared by
+        # the partitions, so each writer schema is fetched and compiled once per worker
+        self._registries: dict[str, RegistryReader | None] = {}
+        self._registry_down: dict[tuple[str, int], str] = {}
+        """Partitions waiting for the schema registry -> why (the registry's last answer)."""
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -144,13 +151,12 @@ class Worker:
         fault_point("participant.before-control-open")
         # The newest START still open when this worker starts, and its END if one followed, are replayed: a worker
         # whose channel opens after a START (a restart, a slow start beside the coordinator) still takes part.
-        self._channel = ControlChannel(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name,
-                                       f"worker {self.worker_id}", dict(cfg.producer_overrides),
-                                       dict(cfg.consumer_overrides),
+        kafka = KafkaClients.of(cfg)  # the settings of every Kafka client this worker opens
+        check_connection(kafka)  # a refused login or certificate: one line, not clients retrying for ever
+        self._channel = ControlChannel(kafka, cfg.control_topic_name, cfg.name, f"worker {self.worker_id}",
                                        identity=identity(self._store.root.delta_uri, cfg.kafka_topic_names),
                                        ).open(replay_last=REPLAY_LAST)
-        self._consumer = Consumer({
-            "bootstrap.servers": cfg.kafka_bootstrap_servers,
+        self._consumer = Consumer(kafka.config("consumer", {
             "group.id": cfg.kafka_group_id,
             "group.instance.id": self.worker_id,
             "session.timeout.ms": SESSION_TIMEOUT_MS,
@@ -163,13 +169,11 @@ class Worker:
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
-            **dict(cfg.consumer_overrides),
-        })
+        }))
         self._consumer.subscribe(list(cfg.kafka_topic_names), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_revoke)
         if cfg.errors_tolerance == "all":
-            self._dlq = DeadLetterProducer(cfg.kafka_bootstrap_servers, cfg.errors_deadletterqueue_topic_name,
-                                           dict(cfg.producer_overrides))
+            self._dlq = DeadLetterProducer(kafka, cfg.errors_deadletterqueue_topic_name)
         self._refresh_schema()
         return self
 
@@ -423,7 +427,15 @@ class Worker:
                 return
         self.stats.records_read += len(msgs)
         self.metrics.records_read.inc(len(msgs))
-        result = self._converter(runner.key).convert(msgs)
+        try:
+            result = self._converter(runner.key).convert(msgs)
+        except RegistryUnavailable as down:
+            self._wait_for_registry(runner, msgs[0].offset(), str(down))
+            return
+        if self._registry_down.pop(runner.key, None) is not None:
+            log.info("%s-%d: the schema registry answers again; reading from offset %d", *runner.key,
+                     msgs[0].offset())
+            self.metrics.registry_waiting.set(len(self._registry_down))
         if result.failures:
             self._handle_failures(runner, result.failures)
         if result.table is not None and result.table.num_rows:
@@ -445,6 +457,20 @@ class Worker:
         state.on_records(first, nxt)
         runner.delivered_next = nxt
         fault_point("participant.mid-consume")
+
+    def _wait_for_registry(self, runner: PartitionRunner, offset: int, why: str) -> None:
+        """The registry did not answer for a record at `offset`: nothing of this batch is taken; the partition
+        pauses until the next txn's START, which seeks it back here (offsets untouched, nothing skipped), and
+        reads again then. One log line per txn while it lasts."""
+        state = runner.state
+        runner.held = (state.epoch, state.txn)
+        runner.delivered_next = None
+        self._consumer.pause([KafkaTP(*runner.key)])
+        self._registry_down[runner.key] = why
+        self.metrics.registry_waiting.set(len(self._registry_down))
+        self.metrics.registry_problem = why
+        log.warning("%s-%d: waiting for the schema registry (offset %d is read again at the next txn): %s",
+                    *runner.key, offset, why)
 
     def _handle_failures(self, runner: PartitionRunner, failures: list[RecordFailure]) -> None:
         self.stats.records_failed += len(failures)
@@ -569,10 +595,18 @@ class Worker:
             cfg = self.cfg
             converter = Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes,
                                   cfg.schema_evolution, UpsertSpec.from_config(cfg), cfg.value_converter_schemas_enable,
-                                  cfg.key_converter_schemas_enable)
+                                  cfg.key_converter_schemas_enable, self._registry("value"), self._registry("key"))
             self._show_table(converter)
             self._converters[key] = converter
         return converter
+
+    def _registry(self, part: str) -> RegistryReader | None:
+        """The reader of the value's (or key's) registry format; None when that converter reads none."""
+        if part not in self._registries:
+            settings = self.cfg.registry_settings(part)
+            self._registries[part] = None if settings is None else \
+                RegistryReader(getattr(self.cfg, f"{part}_converter"), settings, is_key=part == "key")
+        return self._registries[part]
 
     def _show_table(self, converter: Converter) -> None:
         schema, key, widening, maps_names = self._table_view

@@ -46,6 +46,23 @@ def s3_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory):
+    """The LocalRegistry of this session (connector/local/registry.py; its `.url` is a Confluent Schema Registry
+    API, schemas in memory), or, when SCHEMA_REGISTRY_URL is set, that external registry."""
+    if os.environ.get("SCHEMA_REGISTRY_URL"):
+        from types import SimpleNamespace
+
+        yield SimpleNamespace(url=os.environ["SCHEMA_REGISTRY_URL"])
+        return
+    from connector.local.registry import LocalRegistry
+
+    registry = LocalRegistry(tmp_path_factory.mktemp("registry"))
+    registry.start()
+    yield registry
+    registry.stop()
+
+
 @pytest.fixture(params=["local", "s3"])
 def storage(request):
     """Where a test's table lives: None for a local directory, the session's LocalS3 for an S3 prefix. A test that

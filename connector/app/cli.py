@@ -18,11 +18,17 @@ def _say(text: str = "", file=None) -> None:
 
 def _cmd_deps(args) -> int:
     from connector import jars, jvm_archive
+    from connector.local import registry as local_registry
 
     for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars):
         found = bundle()
         print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
     print(f"logstore_jar: {jars.logstore_jar()}")
+    registry, how = local_registry.build_server()
+    if registry is None:
+        print(f"local schema registry: not built ({how})")
+    else:
+        print(f"local schema registry: {registry} ({how}, {registry.stat().st_size // 2**20} MB)")
     archive, how = jvm_archive.build()
     if archive is None:
         print(f"class archive of the Spark driver: not built ({how}); coordinators start without it, slower")
@@ -45,6 +51,13 @@ def _cmd_s3(args) -> int:
                        lambda st: st.endpoint, lambda st: f" aws.access.key.id={st.access_key}")
 
 
+def _cmd_registry(args) -> int:
+    from connector.local.registry import DETACHED
+
+    return _cmd_server(args, DETACHED, "schema registry", lambda st: f"schema.registry.url={st.url}",
+                       lambda st: st.url)
+
+
 def _cmd_server(args, server, noun: str, where, address, extra=lambda st: "") -> int:
     """`lakesink kafka|s3 start|stop|status`: the detached server `server` (connector.processes.DetachedServer)."""
     if args.action == "start":
@@ -64,7 +77,7 @@ def _cmd_demo(args) -> int:
     from connector.app import demo
 
     return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker,
-                         verbose=args.verbose, s3=args.s3)
+                         verbose=args.verbose, s3=args.s3, fmt=args.format)
 
 
 def _load(args):
@@ -119,7 +132,49 @@ def _cmd_validate(args) -> int:
         return 2
     if store.root.is_s3 and _validate_storage(store, cfg.name):
         return 2
+    if _validate_kafka(cfg):
+        return 2
+    if _validate_registry(cfg):
+        return 2
     return _validate_table(cfg, store)
+
+
+def _validate_registry(cfg) -> int:
+    """value.converter / key.converter read through a schema registry: that it answers, one line each."""
+    failed = 0
+    for part in ("value", "key"):
+        settings = cfg.registry_settings(part)
+        if settings is None:
+            continue
+        from connector.formats.registry import check_registry
+
+        problem = check_registry(getattr(cfg, f"{part}_converter"), settings, part)
+        _say(f"schema registry of {part}.converter ({settings.get('url')}): {problem or 'answers'}")
+        failed += problem is not None
+    return failed
+
+
+def _validate_kafka(cfg) -> int:
+    """A secured cluster (security.protocol, or a client's own, is not PLAINTEXT): the login and certificates as
+    start-up checks them (connector/kafka/clients.py), one line, passed or the failure. A plaintext one is not
+    contacted."""
+    from connector.kafka.clients import KafkaClients, check_connection
+
+    kafka = KafkaClients.of(cfg)
+    protocols = {str(kafka.config(role).get("security.protocol", "plaintext")).upper()
+                 for role in ("admin", "producer")}
+    if protocols == {"PLAINTEXT"}:
+        return 0
+    try:
+        brokers = check_connection(kafka, VALIDATE_KAFKA_TIMEOUT_S)
+    except SetupError as exc:
+        _say(str(exc))
+        return 2
+    _say(f"kafka {cfg.kafka_bootstrap_servers}: connected over {', '.join(sorted(protocols))} ({brokers} broker(s))")
+    return 0
+
+
+VALIDATE_KAFKA_TIMEOUT_S = 15.0
 
 
 def _validate_storage(store, connector: str) -> int:
@@ -173,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("deps", help="fetch the Kafka and Delta jars from Maven Central into the cache and build "
-                                    "the Spark driver's class archive (once)")
+                                    "the Spark driver's class archive and the local schema registry (once)")
     p.set_defaults(func=_cmd_deps)
 
     p = sub.add_parser("kafka", help="start/stop a local Kafka broker (KRaft) on 127.0.0.1")
@@ -187,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8333, help="S3 port (0 picks a free one; default 8333)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server to answer")
     p.set_defaults(func=_cmd_s3)
+
+    p = sub.add_parser("registry", help="start/stop a local schema registry (Confluent's REST API, schemas in "
+                                        "memory) on 127.0.0.1")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=8081, help="HTTP port (0 picks a free one; default 8081)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry to answer")
+    p.set_defaults(func=_cmd_registry)
 
     for name, text in (("run", "coordinator and worker in one process (the embedded default)"),
                        ("coordinator", "the coordinator only (needs Spark)"),
@@ -222,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-broker", action="store_true", help="leave the demo broker running afterwards")
     p.add_argument("--s3", action="store_true", help="write the table to s3://lakesink/demo/ on a local S3 server "
                                                      "(SeaweedFS) started for the demo and stopped after it")
+    p.add_argument("--format", choices=("json", "avro", "protobuf"), default="json",
+                   help="the events' format: avro and protobuf are written by confluent-kafka's serializer against a "
+                        "local schema registry started for the demo, and read with value.converter=<format>")
     p.set_defaults(func=_cmd_demo)
     return parser
 

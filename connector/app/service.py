@@ -108,6 +108,8 @@ class Roles:
         streak = self.metrics.dead_letters if self.metrics is not None else None
         dead_lettering = streak is not None and self.dead_letter_txns > 0 and \
             streak.transactions >= self.dead_letter_txns
+        registry_waiting = int(self.metrics.value("schema_registry_waiting_partitions") or 0) \
+            if self.metrics is not None else 0
         if self.stop.is_set():
             status = "failed" if self.errors else "stopping"
         elif self.drain.is_set():
@@ -116,7 +118,7 @@ class Roles:
             status = "stalled" if "stalled" in states else "failed"
         elif "starting" in states:
             status = "starting"
-        elif dead_lettering:
+        elif dead_lettering or registry_waiting:
             status = "degraded"
         else:
             status = "waiting" if waiting is not None else "ok"
@@ -127,6 +129,8 @@ class Roles:
             body["waiting_for_write_status"] = waiting
         if dead_lettering:
             body["dead_lettering"] = {**streak.describe(), "threshold": self.dead_letter_txns}
+        if registry_waiting:
+            body["schema_registry"] = {"waiting_partitions": registry_waiting, "error": self.metrics.registry_problem}
         if self.errors:
             body["error"] = str(self.errors[0])
         return status in ("ok", "starting", "waiting"), body

@@ -19,7 +19,8 @@ from confluent_kafka.admin import AdminClient
 from connector import secrets
 from connector.protocol.channel import read_tail
 from connector.config import LakesinkConfig
-from connector.errors import LakesinkError
+from connector.errors import LakesinkError, SetupError
+from connector.kafka.clients import KafkaClients, check_connection
 from connector.metrics import DeadLetterStreak
 from connector.protocol.messages import (
     AckCommit,
@@ -38,6 +39,8 @@ from connector.kafka.watermarks import lag, list_offsets
 
 TAIL = 2000
 """How many of the control topic's newest messages are read."""
+KAFKA_TIMEOUT_S = 10.0
+"""How long status waits for the brokers to answer."""
 LAST_COMMITS = 5
 
 
@@ -110,9 +113,15 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"connector": cfg.name, "table_path": cfg.table_path, "control_topic": cfg.control_topic_name,
                            "source_topics": list(cfg.kafka_topic_names), "write_mode": cfg.write_mode,
                            "key_fields": list(cfg.record_key_fields), "problems": []}
+    kafka = KafkaClients.of(cfg)
     try:
-        messages = read_tail(cfg.kafka_bootstrap_servers, cfg.control_topic_name, cfg.name, TAIL,
-                             dict(cfg.consumer_overrides))
+        check_connection(kafka, KAFKA_TIMEOUT_S)
+        refused = None
+    except SetupError as exc:  # a refused login or no broker: the table's part is still shown
+        refused = str(exc)
+        out["problems"].append(refused)
+    try:
+        messages = read_tail(kafka, cfg.control_topic_name, cfg.name, TAIL) if refused is None else []
     except Exception as exc:  # noqa: BLE001 - status shows what it can
         messages = []
         out["problems"].append(f"control topic {cfg.control_topic_name}: {exc}")
@@ -134,10 +143,15 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
         out["problems"].append(f"table {cfg.table_path}: {exc}")
     out["table"] = table
 
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)})
     partitions = set(committed)
+    if refused is not None:
+        out["partitions"] = [{"topic": t, "partition": p, "committed": committed.get((t, p)), "high_watermark": None,
+                              "lag": None} for t, p in sorted(partitions)]
+        out["total_lag"] = 0
+        return out
+    admin = AdminClient(kafka.config("admin"))
     try:
-        md = admin.list_topics(timeout=10)
+        md = admin.list_topics(timeout=KAFKA_TIMEOUT_S)
         for topic in cfg.kafka_topic_names:
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:

@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 from connector import secrets
 from connector.config import LakesinkConfig
 from connector.schema.columns import COORDINATES, KEY
-from connector.errors import LakesinkError
+from connector.errors import LakesinkError, SetupError
 from connector.storage.store import Store
 from connector.upsert import UpsertSpec, connect_payload
 
@@ -367,9 +367,12 @@ class KafkaCheck:
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
-        common = {"bootstrap.servers": cfg.kafka_bootstrap_servers, **dict(cfg.consumer_overrides)}
-        self._admin = AdminClient(common)
-        self._consumer = Consumer({**common, "group.id": f"lakesink-verify-{uuid.uuid4().hex}",
+        from connector.kafka.clients import KafkaClients
+
+        self._kafka = KafkaClients.of(cfg)
+        self._admin = AdminClient(self._kafka.config("admin"))
+        # verify's own settings over the consumer.* keys: it reads only what a worker may commit (read_committed)
+        self._consumer = Consumer({**self._kafka.config("consumer"), "group.id": f"lakesink-verify-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, "enable.auto.offset.store": False,
                                    "isolation.level": "read_committed", "enable.partition.eof": False,
                                    "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
@@ -378,11 +381,13 @@ class KafkaCheck:
         self.records_read = 0
 
     def reachable(self) -> str | None:
-        """None when the broker answers, else why not."""
+        """None when the broker answers, else why not (a refused login or certificate named as such)."""
+        from connector.kafka.clients import check_connection
+
         try:
-            self._admin.list_topics(timeout=self.timeout_s)
+            check_connection(self._kafka, self.timeout_s)
             return None
-        except Exception as exc:  # noqa: BLE001 - KafkaException of any kind means "not reachable"
+        except SetupError as exc:
             return str(exc)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int] | None:

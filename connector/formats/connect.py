@@ -120,6 +120,11 @@ TYPE_TABLE = (
 configuration.md shows it ("Types"); the decoders below implement it."""
 
 
+SEMANTIC_NAMES = frozenset({*_TIME_UNITS, *_INSTANT_UNITS, *_DATES, ZONED_TIMESTAMP, VARIABLE_SCALE_DECIMAL})
+"""Connect and Debezium schema names that type a value beyond its primitive (days, time units, zoned text, a
+variable-scale decimal): another format carrying them (Avro's `connect.name`) is decoded as Connect's."""
+
+
 # --- the schema ---------------------------------------------------------------------------------------------
 
 

@@ -20,6 +20,15 @@ INVALID_SCHEMA = "InvalidConnectSchema"
 SCHEMA_MISMATCH = "ConnectSchemaMismatch"
 NOT_WRAPPED = "MissingConnectSchema"
 WRAPPED = "UnexpectedConnectSchema"
+NOT_REGISTRY_FRAMED = "NotRegistryFramed"
+"""A value.converter=avro|protobuf|json_schema record without the Schema Registry wire format (magic byte 0 and a
+schema id, or the id in a `__value_schema_id` / `__key_schema_id` header)."""
+UNKNOWN_SCHEMA = "UnknownSchemaId"
+"""The registry answers that the record's schema id does not exist."""
+MALFORMED_PAYLOAD = "MalformedPayload"
+"""A payload its own writer schema cannot read (truncated, or written with another schema)."""
+INCOMPATIBLE_SCHEMA = "IncompatibleSchema"
+"""A writer schema whose column types the table cannot take (a narrowing, a changed type)."""
 
 
 class Problem(Exception):

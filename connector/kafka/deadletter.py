@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from connector.errors import LakesinkError
+from connector.kafka.clients import CONNECTION_PREFIXES, KafkaClients
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,13 @@ class _Delivery:
 class DeadLetterProducer:
     """Produces to one dead-letter topic; `confirm` says whether everything produced since the last one is in."""
 
-    def __init__(self, bootstrap: str, topic: str, overrides: Mapping[str, str] | None = None):
+    def __init__(self, kafka: KafkaClients | str, topic: str, overrides: Mapping[str, str] | None = None):
+        """A producer of `kafka` (or of a bootstrap address), with `overrides` on top of its `producer.*` keys."""
         self.topic = topic
-        self._config = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                        "message.timeout.ms": DELIVERY_TIMEOUT_MS, **dict(overrides or {})}
-        self._overrides = dict(overrides or {})
+        kafka = KafkaClients.to(kafka, overrides)
+        self._config = kafka.config("producer", {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                                                 "message.timeout.ms": DELIVERY_TIMEOUT_MS})
+        self._overrides = dict(kafka.overrides("producer"))
         producer_limit = int(self._config.get("message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES))
         topic_limit = self._topic_limit()
         self.limit = min(producer_limit, topic_limit or BROKER_MAX_MESSAGE_BYTES)
@@ -228,7 +231,7 @@ class DeadLetterProducer:
     def _topic_limit(self) -> int | None:
         """The topic's max.message.bytes, or None when the broker does not say (e.g. the topic does not exist)."""
         admin_config = {k: v for k, v in self._config.items()
-                        if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket."))}
+                        if k.startswith((*CONNECTION_PREFIXES, "client.", "socket."))}
         resource = ConfigResource(ResourceType.TOPIC, self.topic)
         admin = AdminClient(admin_config)  # held until the answer is in: a destroyed client fails its requests
         try:

@@ -3,11 +3,20 @@
 `LocalKafka` formats a data directory with `kafka.tools.StorageTool`, starts `kafka.Kafka`, waits until the
 broker answers metadata requests, and stops it cleanly. The CLI (`lakesink kafka start|stop|status`) and the
 test fixture both use it.
+
+`LocalKafka(..., secured=True)` adds two listeners beside the plaintext one (which the broker and its controller
+keep using among themselves): `SASL_SSL`, where a SCRAM-SHA-512 user created when the data directory is formatted
+logs in, and `SSL` requiring a client certificate (mTLS). Its CA, broker and client certificates are made with
+Python's `cryptography` under the data directory, as the PEM files librdkafka reads; `secured_settings(listener)`
+gives the lakesink connection keys of each listener.
 """
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -15,10 +24,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from connector import jars
 from connector.errors import SetupError
-from connector.processes import DetachedServer, stop_pid
+from connector.processes import DetachedServer, stop_child
 
 HOST = "127.0.0.1"
 
@@ -66,6 +76,123 @@ def new_cluster_id() -> str:
             return text
 
 
+Listener = Literal["sasl_ssl", "mtls"]
+
+
+@dataclass(frozen=True)
+class SecuredAccess:
+    """What a client needs on the secured listeners: the CA's PEM file, a client certificate and its encrypted key
+    (mTLS), and the SCRAM user of SASL_SSL."""
+
+    ca_location: Path
+    certificate_location: Path
+    key_location: Path
+    key_password: str
+    username: str
+    password: str
+
+    def settings(self, listener: Listener) -> dict[str, str]:
+        if listener == "sasl_ssl":
+            return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": self.username,
+                    "sasl.password": self.password, "ssl.ca.location": str(self.ca_location)}
+        return {"security.protocol": "SSL", "ssl.ca.location": str(self.ca_location),
+                "ssl.certificate.location": str(self.certificate_location),
+                "ssl.key.location": str(self.key_location), "ssl.key.password": self.key_password}
+
+
+def make_ca(directory: Path, name: str = "lakesink-local-ca"):
+    """A self-signed CA: writes `<directory>/<name>.pem` and returns (its certificate, its private key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert, key
+
+
+def _issue(ca, ca_key, name: str, server: bool):
+    """A certificate of `name` signed by the CA: for a server, SAN IP:127.0.0.1 and DNS:localhost."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+               .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=3650))
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server else
+                                                     ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False))
+    if server:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address(HOST)), x509.DNSName("localhost")]), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def write_client_certificate(directory: Path, ca, ca_key, name: str) -> tuple[Path, Path]:
+    """A client certificate of `name` signed by the CA of `make_ca`, and its unencrypted key, as
+    `<directory>/<name>.pem` and `<name>.key`."""
+    from cryptography.hazmat.primitives import serialization
+
+    cert, key = _issue(ca, ca_key, name, server=False)
+    paths = directory / f"{name}.pem", directory / f"{name}.key"
+    paths[0].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+def write_certificates(directory: Path) -> SecuredAccess:
+    """The key material of the secured listeners under `directory`, made once (kept across restarts): ca.pem,
+    broker.pem and broker.key (unencrypted PKCS#8, inlined into the broker's config), client.pem and client.key
+    (encrypted with the key password), and the SCRAM user's password, in access.properties."""
+    import javaproperties
+
+    try:
+        from cryptography.hazmat.primitives import serialization
+    except ImportError:
+        raise SetupError("a secured local broker makes its certificates with Python's `cryptography` (installed with "
+                         "confluent-kafka[schemaregistry]): pip install cryptography") from None
+
+    settings = directory / "access.properties"
+    if not settings.exists():
+        ca, ca_key = make_ca(directory)
+        (directory / "lakesink-local-ca.pem").rename(directory / "ca.pem")
+        pem = serialization.Encoding.PEM
+        for name, server in (("broker", True), ("client", False)):
+            cert, key = _issue(ca, ca_key, f"lakesink-local-{name}", server)
+            (directory / f"{name}.pem").write_bytes(cert.public_bytes(pem))
+            key_password = secrets.token_hex(12)
+            encryption = (serialization.NoEncryption() if server else
+                          serialization.BestAvailableEncryption(key_password.encode()))
+            (directory / f"{name}.key").write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                                      encryption))
+            os.chmod(directory / f"{name}.key", 0o600)
+        settings.write_text(javaproperties.dumps({"username": "lakesink", "password": secrets.token_hex(16),
+                                                  "key.password": key_password}, timestamp=False))
+        os.chmod(settings, 0o600)
+    saved = javaproperties.loads(settings.read_text())
+    return SecuredAccess(directory / "ca.pem", directory / "client.pem", directory / "client.key",
+                         saved["key.password"], saved["username"], saved["password"])
+
+
 @dataclass
 class BrokerState:
     pid: int
@@ -82,8 +209,9 @@ class LocalKafka:
     """One broker process. `start()` returns once it answers; `stop()` ends it (SIGTERM, then SIGKILL)."""
 
     def __init__(self, data_dir: Path, port: int = 0, heap: str = "512m", startup_timeout_s: float = 90.0,
-                 cluster_id: str | None = None):
-        """`cluster_id`: the id to format a new data directory with (default: a new one, `new_cluster_id()`)."""
+                 cluster_id: str | None = None, secured: bool = False):
+        """`cluster_id`: the id to format a new data directory with (default: a new one, `new_cluster_id()`).
+        `secured`: add the SASL_SSL and mTLS listeners (`sasl_ssl_bootstrap`, `mtls_bootstrap`, `access`)."""
         self.data_dir = Path(data_dir)
         self.cluster_id = cluster_id
         self.port = port or free_port()
@@ -91,10 +219,36 @@ class LocalKafka:
         self.heap = heap
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
+        self.access: SecuredAccess | None = None
+        """The client side of the secured listeners (paths, user, password); set by start() when `secured`."""
+        self.secured = secured
+        self.sasl_ssl_port = free_port() if secured else None
+        self.mtls_port = free_port() if secured else None
 
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        """The SASL_SSL listener (SCRAM-SHA-512 login over TLS) of a secured broker."""
+        if self.sasl_ssl_port is None:
+            raise SetupError("this LocalKafka was not started with secured=True: it has no SASL_SSL listener")
+        return f"{HOST}:{self.sasl_ssl_port}"
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        """The SSL listener of a secured broker that requires a client certificate."""
+        if self.mtls_port is None:
+            raise SetupError("this LocalKafka was not started with secured=True: it has no mTLS listener")
+        return f"{HOST}:{self.mtls_port}"
+
+    def secured_settings(self, listener: Listener) -> dict[str, str]:
+        """The lakesink connection keys (librdkafka reads them under the same names) of a secured listener:
+        `sasl_ssl` logs in with the SCRAM user and trusts the CA; `mtls` shows the client certificate."""
+        if self.access is None:
+            raise SetupError("the secured listeners exist once a LocalKafka(secured=True) has started")
+        return self.access.settings(listener)
 
     @property
     def log_file(self) -> Path:
@@ -104,15 +258,20 @@ class LocalKafka:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "server.properties"
+        listeners = [f"PLAINTEXT://{HOST}:{self.port}"]
+        if self.secured:
+            listeners += [f"SASL_SSL://{HOST}:{self.sasl_ssl_port}", f"MTLS://{HOST}:{self.mtls_port}"]
         conf.write_text("\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@{HOST}:{self.controller_port}",
-            f"listeners=PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{self.port}",
+            f"listeners={','.join([*listeners, f'CONTROLLER://{HOST}:{self.controller_port}'])}",
+            f"advertised.listeners={','.join(listeners)}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+            + (",SASL_SSL:SASL_SSL,MTLS:SSL" if self.secured else ""),
+            *(self._secured_config() if self.secured else []),
             f"log.dirs={self.data_dir / 'kraft-logs'}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -140,14 +299,33 @@ class LocalKafka:
                 f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
                 "-cp", classpath, main, *args]
 
+    def _secured_config(self) -> list[str]:
+        """The TLS and SASL settings of the secured listeners: PEM key material inline (`ssl.keystore.type=PEM`),
+        SCRAM-SHA-512 on SASL_SSL, a client certificate required on MTLS."""
+        import javaproperties
+
+        tls = self.data_dir / "tls"
+        self.access = write_certificates(tls)
+        pem = {"ssl.keystore.key": (tls / "broker.key").read_text(),
+               "ssl.keystore.certificate.chain": (tls / "broker.pem").read_text() + (tls / "ca.pem").read_text(),
+               "ssl.truststore.certificates": (tls / "ca.pem").read_text()}
+        return ["ssl.keystore.type=PEM", "ssl.truststore.type=PEM",
+                *(f"{key}={javaproperties.escape(value)}" for key, value in pem.items()),
+                "sasl.enabled.mechanisms=SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "listener.name.mtls.ssl.client.auth=required"]
+
     def start(self) -> "LocalKafka":
         if port_in_use(self.port):
             raise SetupError(f"port {self.port} on {HOST} is already in use: stop whatever listens there (a broker from `lakesink kafka start`? run `lakesink kafka stop`) or choose another port with --port.")
         conf = self._write_config()
         if not (self.data_dir / "kraft-logs" / "meta.properties").exists():
+            scram = [f"--add-scram=SCRAM-SHA-512=[name={self.access.username},password={self.access.password}]"] \
+                if self.access is not None else []
             fmt = subprocess.run(self._java_cmd("kafka.tools.StorageTool", "format",
                                                 f"--cluster-id={self.cluster_id or new_cluster_id()}",
-                                                f"--config={conf}"),
+                                                f"--config={conf}", *scram),
                                  capture_output=True, text=True)
             if fmt.returncode != 0:
                 raise SetupError(f"formatting the Kafka data directory {self.data_dir} failed: {(fmt.stdout + fmt.stderr).strip()[-500:]}")
@@ -178,13 +356,7 @@ class LocalKafka:
         raise SetupError(f"the Kafka broker did not answer on {self.bootstrap} within {self.startup_timeout_s:g} s: see {self.log_file}; on a slow machine raise the limit with --timeout.")
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self.proc is None:
-            return
-        stop_pid(self.proc.pid, timeout_s)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_child(self.proc, timeout_s)
         self.proc = None
 
     def kill(self) -> None:

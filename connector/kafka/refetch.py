@@ -9,6 +9,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connector.clock import Deadline, SystemClock
 from connector.errors import LakesinkError
+from connector.kafka.clients import KafkaClients
 
 
 @dataclass(frozen=True)
@@ -22,16 +23,18 @@ class Record:
     timestamp_ms: int | None
 
 
-def fetch(bootstrap: str, overrides: dict, coordinates: list[tuple[str, int, int]], timeout_s: float = 60.0
+def fetch(kafka: KafkaClients | str, coordinates: list[tuple[str, int, int]], timeout_s: float = 60.0
           ) -> dict[tuple[str, int, int], Record]:
-    """The records at `coordinates` (topic, partition, offset). Raises LakesinkError if any cannot be read in time
-    (deleted by retention, or the broker does not answer)."""
+    """The records at `coordinates` (topic, partition, offset), read with a consumer of `kafka` (or of a bootstrap
+    address). Raises LakesinkError if any cannot be read in time (deleted by retention, or the broker does not
+    answer)."""
     wanted: dict[tuple[str, int], set[int]] = defaultdict(set)
     for topic, partition, offset in coordinates:
         wanted[(topic, partition)].add(offset)
     found: dict[tuple[str, int, int], Record] = {}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakesink-refetch", "enable.auto.commit": False,
-                         "enable.partition.eof": False, "auto.offset.reset": "error", **overrides})
+    consumer = Consumer(KafkaClients.to(kafka).config("consumer", {
+        "group.id": "lakesink-refetch", "enable.auto.commit": False, "enable.partition.eof": False,
+        "auto.offset.reset": "error"}))
     deadline = Deadline.after(SystemClock(), timeout_s)
     try:
         for (topic, partition), offsets in sorted(wanted.items()):

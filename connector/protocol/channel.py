@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Pr
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connector.errors import NameConflictError, ProtocolError, SetupError
+from connector.kafka.clients import KafkaClients
 from connector.protocol.messages import (
     CommitFailed,
     DecodeError,
@@ -102,13 +103,14 @@ def _read_range(consumer: Consumer, start: int, end: int, timeout_s: float):
                 yield raw
 
 
-def read_tail(bootstrap: str, topic: str, connector: str, last: int = 2000,
-              consumer_overrides: dict[str, str] | None = None, timeout_s: float = 10.0) -> list[Message]:
-    """This connector's messages among the newest `last` of the control topic, in order; read-only (no topic is
-    created, no group joined, nothing produced). Empty when the topic does not exist."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lakesink-status-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": False,
-                         "allow.auto.create.topics": False, **(consumer_overrides or {})})
+def read_tail(kafka: KafkaClients | str, topic: str, connector: str, last: int = 2000,
+              timeout_s: float = 10.0) -> list[Message]:
+    """This connector's messages among the newest `last` of the control topic, in order, read with a consumer of
+    `kafka` (or of a bootstrap address); read-only (no topic is created, no group joined, nothing produced). Empty
+    when the topic does not exist."""
+    consumer = Consumer(KafkaClients.to(kafka).config("consumer", {
+        "group.id": f"lakesink-status-{uuid.uuid4().hex}", "enable.auto.commit": False,
+        "enable.partition.eof": False, "allow.auto.create.topics": False}))
     try:
         tmd = consumer.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
         if tmd is None or tmd.error is not None or not tmd.partitions:
@@ -169,12 +171,10 @@ def without_secrets(msg: Message) -> Message:
 
 @dataclass
 class ControlChannel:
-    bootstrap: str
+    kafka: KafkaClients | str  # how its admin, producer and consumer connect (a bare bootstrap address: plaintext)
     topic: str
     connector: str
     role: str
-    producer_overrides: dict[str, str] = field(default_factory=dict)
-    consumer_overrides: dict[str, str] = field(default_factory=dict)
     stats: Counter = field(default_factory=Counter)
     # this connector's `identity(...)`, stamped on every message sent; a message of this connector's name with
     # another raises NameConflictError (None: neither stamped nor checked)
@@ -183,15 +183,14 @@ class ControlChannel:
     def __post_init__(self) -> None:
         if self.identity is not None:  # sent on every message: a secret in a table's location or a topic is masked
             self.identity = scrub_data(self.identity)
-        common = {"bootstrap.servers": self.bootstrap}
-        self._admin = AdminClient({**common, **self.consumer_overrides})
+        kafka = self.kafka = KafkaClients.to(self.kafka)
+        self._admin = AdminClient(kafka.config("admin"))
         ensure_control_topic(self._admin, self.topic)
-        self._producer = Producer({**common, "acks": "all", "enable.idempotence": True, "linger.ms": 0,
-                                   **self.producer_overrides})
-        self._consumer = Consumer({**common, "group.id": f"lakesink-control-{uuid.uuid4().hex}",
-                                   "enable.auto.commit": False, "auto.offset.reset": "latest",
-                                   "enable.partition.eof": False, "fetch.wait.max.ms": 10,
-                                   **self.consumer_overrides})
+        self._producer = Producer(kafka.config("producer", {"acks": "all", "enable.idempotence": True,
+                                                            "linger.ms": 0}))
+        self._consumer = Consumer(kafka.config("consumer", {
+            "group.id": f"lakesink-control-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "auto.offset.reset": "latest", "enable.partition.eof": False, "fetch.wait.max.ms": 10}))
         self._tp = TopicPartition(self.topic, 0)
         self._replay: list[Message] = []
 

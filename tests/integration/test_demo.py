@@ -13,17 +13,33 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def test_demo_sinks_exactly_once_and_prints_only_its_own_lines():
-    out = subprocess.run([sys.executable, "-m", "connector", "demo", "--records", "3000", "--partitions", "2"],
+def run_demo(*args: str) -> subprocess.CompletedProcess:
+    """`lakesink demo ARGS`, its exit checked and its console checked to hold lakesink's lines only."""
+    out = subprocess.run([sys.executable, "-m", "connector", "demo", *args],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "LAKESINK_FAULT": ""})
     assert out.returncode == 0, f"demo exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
-    assert "rows: 3000 (produced 3000; distinct source offsets 3000)" in out.stdout, out.stdout
-    assert "exactly once: every produced record is in the table once" in out.stdout
     noise = [line for line in (out.stdout + out.stderr).splitlines()
              if re.search(r"^%\d\||\bWARN\b|log4j|Setting default log level|py4j|NativeCodeLoader", line)]
     assert not noise, "third-party output on the console:\n" + "\n".join(noise[:10])
+    return out
+
+
+def test_demo_sinks_exactly_once_and_prints_only_its_own_lines():
+    out = run_demo("--records", "3000", "--partitions", "2")
+    assert "rows: 3000 (produced 3000; distinct source offsets 3000)" in out.stdout, out.stdout
+    assert "exactly once: every produced record is in the table once" in out.stdout
     [named] = re.findall(r"own output: (\S+\.log)\)", out.stdout)
     assert "Spark" in Path(named).read_text(errors="replace"), "Spark's output went to the named file"
+
+
+def test_demo_in_avro_reads_the_events_through_a_local_schema_registry():
+    """`demo --format avro`: the events written by AvroSerializer against a registry the demo starts, sunk with
+    value.converter=avro; the same summary, exactly once, and still only lakesink's lines on the console."""
+    out = run_demo("--format", "avro", "--records", "1000", "--partitions", "2")
+    assert "schema registry up on http://127.0.0.1:" in out.stdout, out.stdout
+    assert "rows: 1000 (produced 1000; distinct source offsets 1000)" in out.stdout, out.stdout
+    assert "exactly once: every produced record is in the table once" in out.stdout
+    assert "HTTP Request" not in out.stdout, "the registry client's requests went to the named file"
 
 
 def test_demo_s3_table_lives_on_the_server_and_is_read_back_through_s3a(s3_server, spark, capsys):

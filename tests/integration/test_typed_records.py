@@ -99,9 +99,10 @@ def _config(tmp_path, bootstrap: str, topic: str, table, **extra):
     return config_from_dict(settings)
 
 
-def _produce(bootstrap: str, topic: str,
-             records: list[tuple[int, bytes | None, bytes | None]]) -> list[tuple[int, int]]:
-    """(partition, key, value) in order; returns each record's (partition, offset)."""
+def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None, bytes | None]],
+             headers: list | None = None) -> list[tuple[int, int]]:
+    """(partition, key, value) in order (with `headers[i]` for record i); returns each record's (partition,
+    offset)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     where: dict[int, tuple[int, int]] = {}
     for i, (partition, key, value) in enumerate(records):
@@ -109,7 +110,8 @@ def _produce(bootstrap: str, topic: str,
             assert err is None, err
             where[i] = (msg.partition(), msg.offset())
 
-        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
+        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered,
+                         headers=headers[i] if headers else None)
     assert producer.flush(30) == 0
     return [where[i] for i in range(len(records))]
 

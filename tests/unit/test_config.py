@@ -143,10 +143,28 @@ def test_every_key_is_typed_parsed_and_exposed_under_its_attribute_name():
             id="bad-choice",
         ),
         pytest.param(
+            {"value.converter": "io.confluent.connect.storage.SomeOtherConverter"},
+            (),
+            "value.converter: expected one of json, string, bytes, avro, protobuf, json_schema, got "
+            "'io.confluent.connect.storage.SomeOtherConverter'",
+            id="bad-converter",
+        ),
+        pytest.param(
             {"value.converter": "io.confluent.connect.avro.AvroConverter"},
             (),
-            "value.converter: expected one of json, string, bytes, got 'io.confluent.connect.avro.AvroConverter'",
-            id="bad-converter",
+            "value.converter=avro needs a schema registry: set schema.registry.url (or "
+            "value.converter.schema.registry.url)",
+            id="registry-format-without-registry",
+        ),
+        pytest.param(
+            {"schema.registry.url": "http://127.0.0.1:8081", "value.converter": "avro",
+             "value.converter.schema.registry.bogus": "1"},
+            (),
+            "value.converter.schema.registry.bogus: not a schema registry client setting (known: url, "
+            "basic.auth.credentials.source, basic.auth.user.info, ssl.ca.location, ssl.certificate.location, "
+            "ssl.key.location, ssl.key.password, timeout, max.retries, retries.wait.ms, retries.max.wait.ms, "
+            "cache.capacity, proxy)",
+            id="unknown-registry-setting",
         ),
         pytest.param(
             {"errors.tolerance": "all"},

@@ -120,7 +120,7 @@ NOT_SECRET_KEYS = [
     "spark.redaction.regex",
 ]
 
-DECLARED_SECRETS = {"aws.secret.access.key"}
+DECLARED_SECRETS = {"aws.secret.access.key", "sasl.password", "sasl.jaas.config", "ssl.key.password"}
 """The keys of LakesinkConfig that hold secrets: a new key whose name reads as secret fails the test below until
 it is added here (or renamed)."""
 
