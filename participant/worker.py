@@ -569,6 +569,8 @@ class Worker:
         for tp in partitions:
             runner = self.runners.pop((tp.topic, tp.partition), None)
             self._converters.pop((tp.topic, tp.partition), None)
+            if self._registry_down.pop((tp.topic, tp.partition), None) is not None:  # its new owner reads it
+                self.metrics.registry_waiting.set(len(self._registry_down))
             # A file group already reported in a WRITE-STATUS stays: the coordinator may be committing it.
             if runner is not None and runner.writer is not None and runner.state.phase is not Phase.WAITING_ACK:
                 runner.writer.discard()

@@ -169,6 +169,11 @@ def without_secrets(msg: Message) -> Message:
     return msg
 
 
+CONTROL_DELIVERY_TIMEOUT_S = 120.0
+"""How long a role waits for a control message to be delivered before it stops: longer than a broker's restart
+(an idempotent producer may wait for its producer id after one), shorter than the consumers' poll interval."""
+
+
 @dataclass
 class ControlChannel:
     kafka: KafkaClients | str  # how its admin, producer and consumer connect (a bare bootstrap address: plaintext)
@@ -231,10 +236,21 @@ class ControlChannel:
         if flush:
             self.flush()
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        remaining = self._producer.flush(timeout_s)
-        if remaining:
-            raise ProtocolError(f"{remaining} control message(s) not delivered to {self.topic!r} within {timeout_s:g} s")
+    def flush(self, timeout_s: float = CONTROL_DELIVERY_TIMEOUT_S) -> None:
+        """Wait until every message sent is delivered; a broker away for a while (a restart, a leader moving) is
+        waited for, with a WARNING every 30 s, and only one away for `timeout_s` stops the role."""
+        waited = 0.0
+        while True:
+            step = min(30.0, timeout_s - waited)
+            remaining = self._producer.flush(step)
+            if not remaining:
+                return
+            waited += step
+            if waited >= timeout_s:
+                raise ProtocolError(f"{remaining} control message(s) not delivered to {self.topic!r} within "
+                                    f"{timeout_s:g} s")
+            log.warning("%d control message(s) not delivered to %r after %.0f s: still trying (up to %.0f s)",
+                        remaining, self.topic, waited, timeout_s)
 
     def poll(self, timeout_s: float = 0.1, max_messages: int = 500) -> list[Message]:
         """Decoded messages of this connector, in control-topic order. Garbage is counted, never raised."""
