@@ -5,6 +5,7 @@ to the broker (connector/local/registry.py), and read with value.converter=<form
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -140,7 +141,12 @@ def run_demo(records: int, partitions: int, keep_broker: bool = False, timeout_s
         raise ValueError(f"the demo writes {', '.join(FORMATS)}, not {fmt}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     with _third_party_output_to(None if verbose else demo_dir() / f"demo-{stamp}.log"):
-        return _run_demo(records, partitions, keep_broker, timeout_s, stamp, s3, fmt)
+        try:
+            return _run_demo(records, partitions, keep_broker, timeout_s, stamp, s3, fmt)
+        finally:
+            # Kafka clients the roles held in reference cycles die here, while what they print about the stopped
+            # broker still goes to the file, not after fd 2 is the console again
+            gc.collect()
 
 
 def s3_target(server, stamp: str) -> dict[str, str]:
