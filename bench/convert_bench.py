@@ -65,6 +65,20 @@ def convert_all(converter: Converter, values: list[bytes], batch: int, name: str
     return rows, result.table
 
 
+def best_times(names, run: Callable[[str], int], repeat: int, records: int) -> dict[str, float]:
+    """Each name's best time of `repeat` runs of `run(name)`, interleaved (a load change on a shared machine hits all
+    alike); a run that does not make `records` rows stops the bench."""
+    best = {name: float("inf") for name in names}
+    for _ in range(repeat):
+        for name in best:
+            start = time.perf_counter()
+            rows = run(name)
+            best[name] = min(best[name], time.perf_counter() - start)
+            if rows != records:
+                raise SystemExit(f"{name}: {rows} rows for {records} records")
+    return best
+
+
 def make_values(count: int, seed: int = 7) -> list[bytes]:
     rng = random.Random(seed)
     cities = ["Paris", "Berlin", "Lisbon", "Oslo", "Rome", "Vienna", "Madrid", "Dublin"]
@@ -163,14 +177,7 @@ def connect_main(args: argparse.Namespace) -> int:
     print(f"{args.records} records in batches of {args.batch}: plain JSON {sizes['plain'] / args.records:.0f} bytes "
           f"each on average, the same rows with their Connect schema {sizes['connect'] / args.records:.0f} bytes "
           "(its schema repeated in each)")
-    best = {"plain": float("inf"), "connect": float("inf")}
-    for _ in range(args.repeat):  # interleaved: a load change on a shared machine hits both alike
-        for name in best:
-            start = time.perf_counter()
-            rows = run(name)
-            best[name] = min(best[name], time.perf_counter() - start)
-            if rows != args.records:
-                raise SystemExit(f"{name}: {rows} rows for {args.records} records")
+    best = best_times(("plain", "connect"), run, args.repeat, args.records)
     typed, inferred = tables["connect"], tables["plain"]
     # the same rows: the decimal exact in one, a double in the other; the timestamp typed in one, a long in the other
     assert typed.column("amount").type == pa.decimal128(10, 2), typed.schema
@@ -243,14 +250,7 @@ def registry_main(args: argparse.Namespace) -> int:
 
     print(f"{args.records} records in batches of {args.batch}, the same rows in each format; bytes per value: "
           + ", ".join(f"{REGISTRY_LABELS[n]} {sizes[n] / args.records:.0f}" for n in values))
-    best = {name: float("inf") for name in values}
-    for _ in range(args.repeat):  # interleaved: a load change on a shared machine hits all alike
-        for name in best:
-            start = time.perf_counter()
-            rows = run(name)
-            best[name] = min(best[name], time.perf_counter() - start)
-            if rows != args.records:
-                raise SystemExit(f"{name}: {rows} rows for {args.records} records")
+    best = best_times(list(values), run, args.repeat, args.records)
     for name in ("avro", "protobuf", "json_schema"):
         check_same_rows(name, tables[name], tables["json"])
         if fetches[name] != 1:
