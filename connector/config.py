@@ -1306,7 +1306,8 @@ written with another schema), `InvalidConnectSchema` (a writer schema that canno
 digits, a recursive type). **A registry that does not answer** (refused, timed out, HTTP 5xx, or refusing
 lakesink's credentials) is not a record error: the partition waits, paused, its offsets untouched and nothing
 skipped; it is read again at each transaction, with one log line each time, `/health` says `degraded` with the
-registry's error, and `schema_registry_waiting_partitions` counts the partitions waiting.
+registry's error, `schema_registry_waiting_partitions` counts the partitions waiting, and `lakesink status` names
+them with the registry's error.
 
 With `write.mode=upsert|dedup|changelog` and `value.envelope=debezium`, Debezium's Avro envelopes work as its JSON
 ones do: the Connect and Debezium types Connect's Avro converter writes as `connect.name` (`io.debezium.time.*`,

@@ -120,7 +120,7 @@ class Worker:
         self.runners: dict[tuple[str, int], PartitionRunner] = {}
         self._latest_start: StartCommit | None = None
         self._latest_end: EndCommit | None = None
-        self._announced: tuple | None = None  # (epoch, partitions) of the last Assignment sent
+        self._announced: tuple | None = None  # (epoch, partitions, registry_waiting) of the last Assignment sent
         self._store = Store.for_config(cfg)
         self._table = DeltaTableSink(cfg.table_path, cfg.name, store=self._store)
         # how data files are split: the table's partition columns when Delta's log takes its files as they are,
@@ -436,6 +436,7 @@ class Worker:
             log.info("%s-%d: the schema registry answers again; reading from offset %d", *runner.key,
                      msgs[0].offset())
             self.metrics.registry_waiting.set(len(self._registry_down))
+            self._announce()
         if result.failures:
             self._handle_failures(runner, result.failures)
         if result.table is not None and result.table.num_rows:
@@ -471,6 +472,7 @@ class Worker:
         self.metrics.registry_problem = why
         log.warning("%s-%d: waiting for the schema registry (offset %d is read again at the next txn): %s",
                     *runner.key, offset, why)
+        self._announce()
 
     def _handle_failures(self, runner: PartitionRunner, failures: list[RecordFailure]) -> None:
         self.stats.records_failed += len(failures)
@@ -577,17 +579,20 @@ class Worker:
         log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
 
     def _announce(self, force: bool = False, flush: bool = True) -> None:
-        """Tell the coordinator which partitions this worker holds, whenever that changes and once per epoch."""
+        """Tell the coordinator which partitions this worker holds, and `lakesink status` which of them wait for the
+        schema registry, whenever either changes and once per epoch."""
         if not force and self.stats.rebalances == 0:
             return  # nothing to tell before the group's first assignment
         partitions = tuple(sorted(self.runners))
+        waiting = tuple(sorted(tp for tp in self._registry_down if tp in self.runners))
         epoch = self._latest_start.epoch if self._latest_start is not None else 0
-        if not force and self._announced == (epoch, partitions):
+        if not force and self._announced == (epoch, partitions, waiting):
             return
         txn = self._latest_start.txn if self._latest_start is not None else 0
-        self._channel.send(Assignment(self.cfg.name, epoch, txn, worker=self.worker_id, partitions=partitions),
-                           flush=flush)
-        self._announced = (epoch, partitions)
+        error = self.metrics.registry_problem if waiting else None
+        self._channel.send(Assignment(self.cfg.name, epoch, txn, worker=self.worker_id, partitions=partitions,
+                                      registry_waiting=waiting, registry_error=error), flush=flush)
+        self._announced = (epoch, partitions, waiting)
 
     # --- schema --------------------------------------------------------------------------------------------
 

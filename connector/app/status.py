@@ -48,7 +48,8 @@ def control_view(messages: list[Message], now: float | None = None, dead_letter_
     """Latest epoch, the txn in flight and its phase as far as the messages show, the last commits, the
     error of a coordinator that gave up a commit and stopped (`failed`: None once a START followed it), and the
     commits in a row whose every record was dead-lettered (`dead_lettering`, from the PROGRESS records; `degraded`
-    at `dead_letter_txns`, health.deadletter.transactions, as the coordinator's /health says)."""
+    at `dead_letter_txns`, health.deadletter.transactions, as the coordinator's /health says), and each worker's
+    partitions as it last announced them, with those that wait for the schema registry and the registry's error."""
     now = time.time() if now is None else now
     view: dict[str, Any] = {"messages": len(messages), "latest_epoch": None, "in_flight": None,
                             "last_commits": [], "last_message_age_s": None, "workers": [], "failed": None,
@@ -78,11 +79,16 @@ def control_view(messages: list[Message], now: float | None = None, dead_letter_
             view["in_flight"]["waiting_for"] = [{"topic": t, "partition": p}
                                                 for t, p in sorted(set(start.offsets) - statuses)]
     latest: dict[str, Assignment] = {}
+    owner: dict[tuple[str, int], str] = {}  # who announced each partition last
     for m in messages:
         if isinstance(m, Assignment):
             latest[m.worker] = m
+            owner.update(dict.fromkeys(m.partitions, m.worker))
+    # a partition another worker announced since is no longer this one's to wait for (it stopped or lost it)
     view["workers"] = [{"worker": w, "partitions": [f"{t}-{p}" for t, p in m.partitions],
-                        "age_s": round(max(0.0, now - m.sent_at), 1)} for w, m in sorted(latest.items())]
+                        "registry_waiting": [f"{t}-{p}" for t, p in m.registry_waiting if owner.get((t, p)) == w],
+                        "registry_error": m.registry_error, "age_s": round(max(0.0, now - m.sent_at), 1)}
+                       for w, m in sorted(latest.items())]
     last_start = max((i for i, m in enumerate(messages) if isinstance(m, StartCommit)), default=-1)
     failed = [m for m in messages[last_start + 1:] if isinstance(m, CommitFailed)]
     if failed:
@@ -102,6 +108,19 @@ def control_view(messages: list[Message], now: float | None = None, dead_letter_
                                                                  "records_dead_lettered")},
                              "age_s": round(max(0.0, now - m.sent_at), 1)} for m in progress]
     return view
+
+
+def registry_problem(view: dict[str, Any]) -> str | None:
+    """The one line that says which partitions wait for the schema registry, as the workers of `view` (a
+    control_view) last announced them, and why; None when none does."""
+    waiting = [w for w in view["workers"] if w["registry_waiting"]]
+    if not waiting:
+        return None
+    count = sum(len(w["registry_waiting"]) for w in waiting)
+    workers = ("worker " if len(waiting) == 1 else "workers ") + ", ".join(w["worker"] for w in waiting)
+    error = min(waiting, key=lambda w: w["age_s"])["registry_error"]  # the newest announcement's
+    return (f"schema registry: {count} partition{' waits' if count == 1 else 's wait'} for it ({workers})"
+            + (f": {error}" if error else ""))
 
 
 def _count(value: Any) -> int:
@@ -126,6 +145,9 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
         messages = []
         out["problems"].append(f"control topic {cfg.control_topic_name}: {exc}")
     out["control"] = control_view(messages, dead_letter_txns=cfg.health_deadletter_transactions)
+    waiting = registry_problem(out["control"])
+    if waiting is not None:
+        out["problems"].append(waiting)
 
     sink = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg))
     committed: dict = {}
@@ -207,7 +229,10 @@ def render(s: dict[str, Any]) -> str:
                          + ", ".join(f"{w['topic']}-{w['partition']}" for w in f["waiting_for"]))
     for w in c["workers"]:
         lines.append(f"worker     {w['worker']}: {', '.join(w['partitions']) or 'no partitions'} "
-                     f"(announced {w['age_s']} s ago)")
+                     f"(announced {w['age_s']} s ago)"
+                     + (f"; {', '.join(w['registry_waiting'])} "
+                        f"wait{'s' if len(w['registry_waiting']) == 1 else ''} for the schema registry"
+                        if w["registry_waiting"] else ""))
     lines.append("")
     rows = [("partition", "committed", "high watermark", "lag")]
     for p in s["partitions"]:

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from connector.errors import NameConflictError, ProtocolError, SetupError
 from connector.kafka.clients import KafkaClients
 from connector.protocol.messages import (
+    Assignment,
     CommitFailed,
     DecodeError,
     EndCommit,
@@ -160,10 +161,13 @@ def name_conflict(connector: str, control_topic: str, own: dict | None, other: d
 
 def without_secrets(msg: Message) -> Message:
     """The message with the process's secret values scrubbed from its free text: a COMMIT_FAILED's error (an
-    exception's text, maybe a storage client's echoing a credential) and a PROGRESS's payload. The other fields are
-    protocol data that no configuration value reaches, sent as they are."""
+    exception's text, maybe a storage client's echoing a credential), an ASSIGNMENT's registry error (it may quote
+    the registry's URL, credentials included) and a PROGRESS's payload. The other fields are protocol data that no
+    configuration value reaches, sent as they are."""
     if isinstance(msg, CommitFailed):
         return replace(msg, error=scrub(msg.error))
+    if isinstance(msg, Assignment) and msg.registry_error is not None:
+        return replace(msg, registry_error=scrub(msg.registry_error))
     if isinstance(msg, Progress):
         return replace(msg, payload=scrub_data(msg.payload))
     return msg

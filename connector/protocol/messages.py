@@ -140,10 +140,14 @@ class Progress(_Envelope):
 class Assignment(_Envelope):
     """A worker's partitions, sent whenever its consumer-group assignment changes (an empty tuple when it stops).
     `epoch` and `txn` are the newest the worker has seen, for information only: the coordinator takes every
-    assignment, so that it never waits for a partition that no live worker holds."""
+    assignment, so that it never waits for a partition that no live worker holds. It is sent again when the
+    partitions that wait for the schema registry change: `registry_waiting` (some of `partitions`), and
+    `registry_error` the registry's last answer, for `lakesink status`; () and None in messages of older versions."""
 
     worker: str
     partitions: tuple[TopicPartition, ...]
+    registry_waiting: tuple[TopicPartition, ...] = ()
+    registry_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,7 @@ def encode_files(files: tuple[StagedFile, ...]) -> list[dict[str, Any]]:
 _ENCODERS: dict[str, Callable[[Any], Any]] = {
     "offsets": _encode_optional_offsets,
     "partitions": _encode_partitions,
+    "registry_waiting": _encode_partitions,
     "files": encode_files,
     "schemas": list,
     "key_fields": list,
@@ -364,6 +369,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "sent_at": _float,
     "offsets": decode_offsets,
     "partitions": _decode_partitions,
+    "registry_waiting": _decode_partitions,
     "files": decode_files,
     "schemas": _strings,
     "key_fields": _strings,
@@ -371,6 +377,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "payload": _object,
     "schema": _optional_str,
     "error": _str,
+    "registry_error": _optional_str,
     "attempts": _count,
     "identity": _object,
 }

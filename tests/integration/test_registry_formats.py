@@ -9,7 +9,8 @@ One connector per scenario:
   dead-letter topic with their reasons;
 - Debezium's Avro envelope with Avro keys, in upsert mode;
 - JSON Schema and Protobuf appends;
-- the registry stopped mid-stream: nothing lost, skipped or dead-lettered, and the partition resumes once it is back.
+- the registry stopped mid-stream: nothing lost, skipped or dead-lettered, `lakesink status` names the partition
+  that waits, and the partition resumes once it is back.
 """
 from __future__ import annotations
 
@@ -192,6 +193,25 @@ def test_avro_records_of_two_writer_schemas_land_typed_and_bad_ones_are_dead_let
 
 # --- the registry away ------------------------------------------------------------------------------------
 
+def _registry_waiting(status: dict, worker: str) -> list[str]:
+    return [tp for w in status["control"]["workers"] if w["worker"] == worker for tp in w["registry_waiting"]]
+
+
+def _status_until(cfg, done, what: str, timeout_s: float = 60.0) -> dict:
+    """`lakesink status`'s collect() of `cfg`, asked again until `done(status)` (a worker's Assignment may still be
+    on its way); fails with `what` and what status last showed."""
+    from connector.app.status import collect
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = collect(cfg)
+        if done(status):
+            return status
+        assert time.monotonic() < deadline, f"{what}: workers {status['control']['workers']}, problems " \
+                                            f"{status['problems']}"
+        time.sleep(0.5)
+
+
 def test_a_registry_that_stops_mid_stream_holds_the_partition_and_loses_nothing(
         kafka_bootstrap, make_topic, tmp_path, spark):
     """A registry of its own (the session's stays up): records whose writer schema the sink has not fetched yet
@@ -227,11 +247,20 @@ def test_a_registry_that_stops_mid_stream_holds_the_partition_and_loses_nothing(
             time.sleep(4)  # a few txns go by while it is away
             assert not sink.errors, sink.errors
             assert DeltaTableSink(cfg.table_path, cfg.name).recover().offsets.get((topic, 0)) == 5  # nothing past
+            worker = sink.worker.worker_id
+            status = _status_until(cfg, lambda s: _registry_waiting(s, worker), "status never showed the wait")
+            [row] = [w for w in status["control"]["workers"] if w["worker"] == worker]
+            assert row["registry_waiting"] == [f"{topic}-0"] and row["partitions"] == [f"{topic}-0"]
+            assert row["registry_error"].startswith("the schema registry did not answer for schema id 2")
+            assert f"schema registry: 1 partition waits for it (worker {worker}): {row['registry_error']}" in \
+                status["problems"]
             registry = LocalRegistry(tmp_path / "registry2", port=port).start()
             _serializer(registry.url, _avro_v1("Outage"))[0](_avro_record(0), ctx)  # id 1 again
             _serializer(registry.url, _avro_v2("Outage"))[0](_avro_record(0, v2=True), ctx)  # id 2 again
             _drain(sink, cfg, _ends(coords, topic), "the records written while the registry was away")
             assert sink.worker.metrics.value("schema_registry_waiting_partitions") == 0
+            status = _status_until(cfg, lambda s: not _registry_waiting(s, worker), "status still shows the wait")
+            assert not any(p.startswith("schema registry") for p in status["problems"]), status["problems"]
     finally:
         registry.stop()
     _, rows = spark_read(spark, table)

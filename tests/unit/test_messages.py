@@ -244,7 +244,9 @@ messages = st.one_of(
     st.builds(AckCommit, **envelope, table_version=optional_counts, offsets=offsets),
     st.builds(Progress, **envelope, payload=st.dictionaries(st.text(max_size=5), json_values, max_size=4)),
     st.builds(Assignment, **envelope, worker=names,
-              partitions=st.sets(st.tuples(names, st.integers(0, 500)), max_size=4).map(lambda s: tuple(sorted(s)))),
+              partitions=st.sets(st.tuples(names, st.integers(0, 500)), max_size=4).map(lambda s: tuple(sorted(s))),
+              registry_waiting=st.sets(st.tuples(names, st.integers(0, 500)), max_size=2).map(sorted).map(tuple),
+              registry_error=st.none() | st.text(max_size=20)),
 )
 
 
@@ -314,6 +316,23 @@ def test_an_assignment_lists_each_partition_once() -> None:
     body["partitions"] = body["partitions"] * 2
     with pytest.raises(DecodeError, match="listed twice"):
         decode(_bytes(body))
+
+
+def test_an_assignment_names_what_waits_for_the_registry_and_one_of_an_older_version_decodes_without() -> None:
+    waiting = Assignment("sink", 3, 7, worker="w-1", partitions=(("orders", 0), ("orders", 1)),
+                         registry_waiting=(("orders", 1),),
+                         registry_error="the schema registry answered HTTP 503 for schema id 2: ünavailable")
+    body = _body(waiting)
+    assert body["registry_waiting"] == [{"topic": "orders", "partition": 1}]
+    assert decode(encode(waiting)) == waiting
+    older = _body(SAMPLES[7])
+    del older["registry_waiting"], older["registry_error"]
+    decoded = decode(_bytes(older))
+    assert decoded == SAMPLES[7] and (decoded.registry_waiting, decoded.registry_error) == ((), None)
+    for field, bad in (("registry_waiting", [{"topic": "orders"}]), ("registry_waiting", "orders-1"),
+                       ("registry_waiting", body["registry_waiting"] * 2), ("registry_error", 503)):
+        with pytest.raises(DecodeError, match=field):
+            decode(_bytes(body | {field: bad}))
 
 
 def test_commit_failed_needs_its_error_and_a_count_of_attempts() -> None:

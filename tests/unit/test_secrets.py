@@ -1,7 +1,7 @@
 """No secret leaves the process in clear (connector/secrets.py): which keys are secret, every secret value of a
 configuration, the scrubber, and each output path with a planted secret: log lines (text and JSON), describe(),
-`lakesink status`, /metrics and /health, a ConfigError, the command line's error line, COMMIT_FAILED and
-PROGRESS as the control channel produces them, and Spark's own redaction."""
+`lakesink status`, /metrics and /health, a ConfigError, the command line's error line, COMMIT_FAILED, PROGRESS
+and ASSIGNMENT as the control channel produces them, and Spark's own redaction."""
 from __future__ import annotations
 
 import io
@@ -21,7 +21,7 @@ from connector.config import SETTINGS, config_from_dict, is_secret
 from connector.errors import CommitAbandonedError, CommitError, ConfigError, LakesinkError
 from connector.metrics import Metrics, MetricsServer
 from connector.protocol import channel as channel_module
-from connector.protocol.messages import CommitFailed, Progress, decode
+from connector.protocol.messages import Assignment, CommitFailed, Progress, decode
 from connector.secrets import REDACTED, Scrubber
 from connector.spark import SPARK_REDACTION, session_settings
 from coordinator.service import CoordinatorService
@@ -404,6 +404,25 @@ def test_progress_as_the_channel_sends_it_hides_a_planted_secret(planted, produc
     assert progress.payload["offsets"][0]["topic"] == f"orders-{REDACTED}"
     assert progress.payload["note"] == [REDACTED, 1] and failed.error == f"key {REDACTED}"
     assert control.stats == Counter({"sent_Progress": 1, "sent_CommitFailed": 1})
+
+
+def test_an_assignment_as_the_channel_sends_it_hides_the_registry_urls_credentials(planted, produced):
+    """A worker's partitions that wait for the schema registry travel with the registry's error, which may quote
+    its URL, `user:password` included."""
+    secrets.protect(config_from_dict({**BASE, "value.converter": "avro",
+                                      "schema.registry.url": f"https://alice:{planted}@registry:8081"}, env={}))
+    control = channel_module.ControlChannel("127.0.0.1:1", "lakesink-control", "orders-sink", "worker w-1")
+    error = (f"the schema registry did not answer for schema id 2: ConnectError: "
+             f"https://alice:{planted}@registry:8081/schemas/ids/2")
+
+    control.send(Assignment("orders-sink", 1, 3, worker="w-1", partitions=(("orders", 0),),
+                            registry_waiting=(("orders", 0),), registry_error=error))
+
+    [value] = produced[0].values
+    assert planted not in value.decode()
+    sent = decode(value)
+    assert sent.registry_waiting == (("orders", 0),)
+    assert sent.registry_error.endswith(f"ConnectError: https://{REDACTED}@registry:8081/schemas/ids/2")
 
 
 def test_a_secret_too_short_to_scrub_is_named_in_a_warning_and_still_masked_by_key(restore_logging, capsys):

@@ -1,8 +1,10 @@
-"""connector/app/status.py without a broker: the control-topic view and the rendering."""
+"""connector/app/status.py without a broker: the control-topic view and the rendering, and the worker's ASSIGNMENT
+that tells it which partitions wait for the schema registry."""
 from __future__ import annotations
 
 from connector.protocol.messages import AckCommit, Assignment, EndCommit, Progress, StartCommit, WriteStatus
-from connector.app.status import control_view, render
+from connector.app.status import control_view, registry_problem, render
+from connector.formats.registry import RegistryUnavailable
 from connector.kafka.watermarks import lag
 
 T0 = 1_700_000_000.0
@@ -68,14 +70,115 @@ def test_a_stalled_round_shows_what_it_waits_for_and_who_holds_what():
         Assignment("c", 1, 1, worker="host-1", partitions=(), sent_at=T0 + 6),
     ]
     view = control_view(messages, now=T0 + 305)
-    assert view["workers"] == [{"worker": "host-0", "partitions": ["t-0", "t-1"], "age_s": 306.0},
-                               {"worker": "host-1", "partitions": [], "age_s": 299.0}]
+    assert view["workers"] == [{"worker": "host-0", "partitions": ["t-0", "t-1"], "registry_waiting": [],
+                                "registry_error": None, "age_s": 306.0},
+                               {"worker": "host-1", "partitions": [], "registry_waiting": [], "registry_error": None,
+                                "age_s": 299.0}]
     text = render({"connector": "c", "table_path": "/x", "control_topic": "ctl", "table": {"exists": False},
                    "control": view, "partitions": [], "total_lag": 0, "problems": []})
     assert "txn        1 (epoch 1): collecting, 0/2 write statuses, started 305.0 s ago" in text
     assert "END-COMMIT sent 300.0 s ago; waiting for t-0, t-1" in text
     assert "worker     host-0: t-0, t-1 (announced 306.0 s ago)" in text
     assert "worker     host-1: no partitions" in text
+
+
+REGISTRY_DOWN = "the schema registry did not answer for schema id 2: ConnectError: [Errno 111] Connection refused"
+
+
+def _status(view: dict) -> dict:
+    return {"connector": "c", "table_path": "/x", "control_topic": "ctl", "table": {"exists": False},
+            "control": view, "partitions": [], "total_lag": 0, "problems": []}
+
+
+def test_partitions_that_wait_for_the_schema_registry_show_per_worker_and_as_a_problem_until_they_resume():
+    held = (("t", 0), ("t", 1), ("t", 2))
+    messages = [
+        Assignment("c", 1, 1, worker="w-1", partitions=held, sent_at=T0),
+        Assignment("c", 1, 1, worker="w-2", partitions=(("u", 0),), sent_at=T0),
+        Assignment("c", 1, 3, worker="w-1", partitions=held, registry_waiting=(("t", 0), ("t", 2)),
+                   registry_error=REGISTRY_DOWN, sent_at=T0 + 4),
+    ]
+    view = control_view(messages, now=T0 + 10)
+    assert [(w["worker"], w["registry_waiting"], w["registry_error"]) for w in view["workers"]] == \
+        [("w-1", ["t-0", "t-2"], REGISTRY_DOWN), ("w-2", [], None)]
+    problem = registry_problem(view)
+    assert problem == f"schema registry: 2 partitions wait for it (worker w-1): {REGISTRY_DOWN}"
+    text = render({**_status(view), "problems": [problem]})
+    assert "worker     w-1: t-0, t-1, t-2 (announced 6.0 s ago); t-0, t-2 wait for the schema registry" in text
+    assert "worker     w-2: u-0 (announced 10.0 s ago)" in text.splitlines()
+    assert f"problem    {problem}" in text.splitlines()
+
+    resumed = control_view([*messages, Assignment("c", 1, 5, worker="w-1", partitions=held, sent_at=T0 + 8)],
+                           now=T0 + 10)
+    assert [(w["registry_waiting"], w["registry_error"]) for w in resumed["workers"]] == [([], None), ([], None)]
+    assert registry_problem(resumed) is None
+    assert "schema registry" not in render(_status(resumed))
+
+
+def test_a_waiting_partition_another_worker_announced_since_is_not_shown_as_waiting():
+    """A worker that crashed while its partition waited never announces again: the partition's new owner does."""
+    messages = [
+        Assignment("c", 1, 3, worker="w-1", partitions=(("t", 0), ("t", 1)), registry_waiting=(("t", 0), ("t", 1)),
+                   registry_error=REGISTRY_DOWN, sent_at=T0),
+        Assignment("c", 1, 4, worker="w-2", partitions=(("t", 1),), registry_waiting=(("t", 1),),
+                   registry_error="the schema registry answered HTTP 503 for schema id 2", sent_at=T0 + 6),
+    ]
+    view = control_view(messages, now=T0 + 10)
+    assert [(w["worker"], w["registry_waiting"]) for w in view["workers"]] == [("w-1", ["t-0"]), ("w-2", ["t-1"])]
+    assert registry_problem(view) == ("schema registry: 2 partitions wait for it (workers w-1, w-2): the schema "
+                                      "registry answered HTTP 503 for schema id 2")
+    one = control_view(messages[:1] + [Assignment("c", 1, 4, worker="w-2", partitions=(("t", 0), ("t", 1)),
+                                                  sent_at=T0 + 6)], now=T0 + 10)
+    assert [w["registry_waiting"] for w in one["workers"]] == [[], []] and registry_problem(one) is None
+
+
+class _Channel:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, msg, flush=True):
+        self.sent.append(msg)
+
+
+class _RegistryDown:
+    def convert(self, msgs):
+        raise RegistryUnavailable(REGISTRY_DOWN)
+
+
+def test_a_worker_announces_when_a_partition_starts_and_stops_waiting_for_the_registry_and_not_per_record(tmp_path):
+    from confluent_kafka import TopicPartition
+
+    from tests.unit.test_metrics import FakeRecord, RecordingConsumer, consuming_worker
+
+    worker, runner = consuming_worker(tmp_path)
+    worker._consumer, worker._channel = RecordingConsumer(), _Channel()
+    worker.stats.rebalances = 1  # the group assigned t-0
+    converter = worker._converter(runner.key)
+
+    def announced():
+        return [(m.partitions, m.registry_waiting, m.registry_error) for m in worker._channel.sent]
+
+    worker._announce()
+    worker._converters[runner.key] = _RegistryDown()
+    worker._handle_records(runner, [FakeRecord("t", 0, 0, None, b'{"id": 1}')])
+    assert announced() == [((("t", 0),), (), None), ((("t", 0),), (("t", 0),), REGISTRY_DOWN)]
+    assert ("pause", [("t", 0)]) in worker._consumer.calls and runner.state.position == 0
+
+    runner.held = None  # the next START resumed it
+    worker._handle_records(runner, [FakeRecord("t", 0, 0, None, b'{"id": 1}')])
+    assert len(announced()) == 2, "a partition that still waits is not announced again"
+    runner.held = None
+    worker._converters[runner.key] = converter
+    worker._handle_records(runner, [FakeRecord("t", 0, i, None, b'{"id": 1}') for i in range(3)])
+    assert announced()[2:] == [((("t", 0),), (), None)]
+
+    runner.held = None
+    worker._converters[runner.key] = _RegistryDown()
+    worker._handle_records(runner, [FakeRecord("t", 0, 3, None, b'{"id": 1}')])
+    worker._on_revoke(worker._consumer, [TopicPartition("t", 0)])
+    worker._announce()  # as the step does after the consume whose rebalance revoked it
+    assert announced()[3:] == [((("t", 0),), (("t", 0),), REGISTRY_DOWN), ((), (), None)]
+    runner.writer.discard()
 
 
 def test_a_coordinator_that_gave_up_shows_its_error_until_a_new_one_starts():
