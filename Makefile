@@ -22,8 +22,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/lakesink demo $(DEMO_ARGS)
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each with its own broker, S3 server, registry and Spark
+# session; most tests wait on Kafka and Spark, so two workers on two cores take about 60 % of one's time.
+TEST_WORKERS ?= 2
+
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The import contracts in pyproject.toml: the architecture's arrows (docs/ARCHITECTURE.md).
 lint: $(STAMP)

@@ -1,5 +1,7 @@
-"""Session-wide real infrastructure: one Kafka broker, one S3 server, one SparkSession and one standalone Spark
-cluster per test session (each started only when a test asks for it)."""
+"""Session-wide real infrastructure: one Kafka broker, one S3 server, one schema registry, one SparkSession and one
+standalone Spark cluster per test session (each started only when a test asks for it). Under pytest-xdist
+(`make test` runs two) each worker process is a session of its own, with its own servers: tests that restart the
+broker never disturb another worker's tests."""
 from __future__ import annotations
 
 import os
@@ -120,12 +122,19 @@ def table_path(tmp_path) -> Path:
 
 
 _FIGURES: list[str] = []
+_FIGURE = "lakesink-figure"
 
 
 @pytest.fixture
-def report():
-    """`report(line)`: a figure a test measured, printed in the session's summary (CI output shows it)."""
-    return _FIGURES.append
+def report(request):
+    """`report(line)`: a figure a test measured, printed in the session's summary (CI output shows it). The line
+    travels as a user property of the test's report, so it reaches the summary from a pytest-xdist worker too."""
+    return lambda line: request.node.user_properties.append((_FIGURE, line))
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":  # the properties of all three phases, once
+        _FIGURES.extend(line for name, line in report.user_properties if name == _FIGURE)
 
 
 def pytest_terminal_summary(terminalreporter):
