@@ -27,7 +27,9 @@ table property `lakesink.key.fields`, else the fields of the Kafka key (the `_ka
 JSON objects); the report says which.
 
 The table is read through delta-rs's query engine, which applies deletion vectors (a MERGE leaves them in a table
-with `delta.enableDeletionVectors=true`).
+with `delta.enableDeletionVectors=true`). A table with type widening (`delta.enableTypeWidening`, which a widening
+schema evolution needs), which delta-rs refuses to read, is read from the data files its log lists, each cast to the
+table's types; with deletion vectors or column mapping as well, it is refused with one line.
 """
 from __future__ import annotations
 
@@ -103,25 +105,81 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def read_columns(snapshot, columns, where: str = "", limit: int | None = None) -> pa.Table:
+WIDENING_FEATURES = ("typeWidening", "typeWidening-preview")
+"""Reader features of Delta's type widening, which delta-rs's readers refuse; verify reads such a table's files
+itself (`_read_widened`)."""
+
+
+def read_columns(snapshot, columns, non_null: str | None = None, limit: int | None = None,
+                 store: Store | None = None) -> pa.Table:
     """`columns` of the table's live rows through delta-rs's query engine, which applies deletion vectors (the
-    pyarrow dataset of delta-rs refuses a table that has them). `where`: an SQL condition, `limit`: at most so many
-    rows."""
+    pyarrow dataset of delta-rs refuses a table that has them). `non_null`: only rows where that column is not
+    null; `limit`: at most so many rows. A table with type widening, which delta-rs cannot read, is read file by
+    file from its log (`store`: the table's Store, needed on S3)."""
+    schema = pa.schema(snapshot.schema().to_arrow())
+    if set(snapshot.protocol().reader_features or ()) & set(WIDENING_FEATURES):
+        table = _read_widened(snapshot, columns, schema, store)
+        if non_null is not None:
+            table = table.filter(pc.is_valid(table[non_null]))
+        return table if limit is None else table.slice(0, limit)
     from deltalake import QueryBuilder
 
     sql = f"SELECT {', '.join(_quoted(c) for c in columns)} FROM t"
-    if where:
-        sql += f" WHERE {where}"
+    if non_null is not None:
+        sql += f" WHERE {_quoted(non_null)} IS NOT NULL"
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     reader = QueryBuilder().register("t", snapshot).execute(sql)
     table = pa.RecordBatchReader.from_stream(reader).read_all()
-    schema = pa.schema(snapshot.schema().to_arrow())
     # the engine answers in view types (string_view, ...), which pyarrow cannot sort: back to the table's types
     return table.cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
 
 
-def read_coordinates(snapshot, keys: tuple[str, ...] = ()) -> pa.Table:
+def _read_widened(snapshot, columns, schema: pa.Schema, store: Store | None) -> pa.Table:
+    """`columns` of every live row of a table with type widening, read from the data files its log lists: a file
+    written before a column was widened holds the narrower type and is cast to the table's (every widening Delta
+    allows is a lossless cast); a column a file lacks (added later) reads as null, and a partition column from its
+    value in the log. Deletion vectors and column mapping are not applied here, so a table with either is refused."""
+    config = snapshot.metadata().configuration or {}
+    if config.get("delta.columnMapping.mode", "none") != "none":
+        raise VerifyError(
+            f"the table has type widening and column mapping ({config['delta.columnMapping.mode']}); verify reads "
+            f"a widened table's files itself and does not map column names, so it cannot audit this table")
+    if "deletionVectors" in (snapshot.protocol().reader_features or ()):
+        # delta-rs lists a widened table's files but not their deletion vectors: any file might have one
+        raise VerifyError(
+            "the table has type widening and deletion vectors; verify reads a widened table's files itself and "
+            "cannot apply deletion vectors, so it cannot audit this table")
+    actions = pa.table(snapshot.get_add_actions(flatten=True))
+    if store is None:
+        from connector.storage.store import Location
+
+        location = Location.parse(snapshot.table_uri)
+        if location.is_s3:
+            raise VerifyError(f"reading the widened table {snapshot.table_uri} needs its S3 settings")
+        store = Store(location)
+    import pyarrow.parquet as pq
+    from urllib.parse import unquote
+
+    target = pa.schema([schema.field(c).with_nullable(True) for c in columns])
+    pieces = []
+    for add in actions.to_pylist():
+        with store.fs.open_input_file(store.path(unquote(add["path"]))) as source:
+            data = pq.read_table(source, columns=[c for c in columns if c in pq.read_schema(source).names])
+        arrays = []
+        for f in target:
+            if f.name in data.column_names:
+                arrays.append(data[f.name].cast(f.type))
+            elif f"partition.{f.name}" in add:
+                value = add[f"partition.{f.name}"]
+                arrays.append(pa.array([value] * data.num_rows, pa.string()).cast(f.type))
+            else:
+                arrays.append(pa.nulls(data.num_rows, f.type))
+        pieces.append(pa.Table.from_arrays(arrays, schema=target))
+    return pa.concat_tables(pieces) if pieces else target.empty_table()
+
+
+def read_coordinates(snapshot, keys: tuple[str, ...] = (), store: Store | None = None) -> pa.Table:
     """The three coordinate columns of every row, and the key columns `keys`, sorted by topic, partition, offset."""
     names = set(pa.schema(snapshot.schema().to_arrow()).names)
     absent = [c for c in COORDINATES if c not in names]
@@ -129,7 +187,7 @@ def read_coordinates(snapshot, keys: tuple[str, ...] = ()) -> pa.Table:
         raise VerifyError(
             f"the table has no {', '.join(absent)} column(s): verify compares every row's source coordinates with "
             f"the committed offsets, which needs connect.meta.data=true from the table's first commit on")
-    table = read_columns(snapshot, [*COORDINATES, *(k for k in keys if k not in COORDINATES)])
+    table = read_columns(snapshot, [*COORDINATES, *(k for k in keys if k not in COORDINATES)], store=store)
     return table.sort_by([(c, "ascending") for c in COORDINATES])
 
 
@@ -169,7 +227,7 @@ def kafka_key_fields(keys: list[bytes | dict | None]) -> tuple[str, ...]:
     return found
 
 
-def key_columns(configured: tuple[str, ...], snapshot) -> KeyColumns:
+def key_columns(configured: tuple[str, ...], snapshot, store: Store | None = None) -> KeyColumns:
     """The key columns of a keyed table: `configured` (record.key.fields), else the table property
     lakesink.key.fields, else the fields of the Kafka key of a few rows. Each must be a column of the table."""
     if configured:
@@ -184,7 +242,7 @@ def key_columns(configured: tuple[str, ...], snapshot) -> KeyColumns:
                 raise VerifyError(
                     f"record.key.fields is empty and the table has neither a {KEY_FIELDS_PROPERTY} property nor a "
                     f"{KEY} column: set record.key.fields to the table's key columns")
-            sample = read_columns(snapshot, [KEY], where=f"{_quoted(KEY)} IS NOT NULL", limit=KEY_SAMPLE_ROWS)
+            sample = read_columns(snapshot, [KEY], non_null=KEY, limit=KEY_SAMPLE_ROWS, store=store)
             keys = KeyColumns(kafka_key_fields(sample[KEY].to_pylist()),
                               f"the fields of the Kafka key, from {sample.num_rows} row(s)' {KEY}")
     names = pa.schema(snapshot.schema().to_arrow()).names
@@ -637,12 +695,13 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
             f"_kafka_offset columns, so verify cannot compare them with the committed offsets. Set "
             f"connect.meta.data=true (it applies to a new table; an existing table keeps its schema)")
     spec = UpsertSpec.from_config(cfg)
-    state = read_committed(cfg.table_path, cfg.name, Store.for_config(cfg))
+    store = Store.for_config(cfg)
+    state = read_committed(cfg.table_path, cfg.name, store)
     if state.snapshot is None:
         return Report(cfg.table_path, cfg.name, False, None, None, "not needed", [],
                       ["the table does not exist yet: nothing was committed, nothing to verify"])
-    keys = key_columns(spec.key_fields, state.snapshot) if spec.keyed else None
-    rows = read_coordinates(state.snapshot, keys.names if keys else ())
+    keys = key_columns(spec.key_fields, state.snapshot, store) if spec.keyed else None
+    rows = read_coordinates(state.snapshot, keys.names if keys else (), store)
     coords = rows.select(list(COORDINATES))
     nulls = coords.num_rows - coords.drop_null().num_rows
     notes: list[str] = []
