@@ -422,13 +422,21 @@ class Converter:
         """Rows of the records not in `rejected`, each read with its writer schema from the registry: one table
         per writer schema (built column by column where the format can), held to this converter's schema by
         `_fit_parts`."""
-        registry = self._value_registry
+        registry, headers_of, head = self._value_registry, self._headers_of, self._value_registry.head_length
         groups: dict[int, tuple[WriterSchema, list[int], list[bytes]]] = {}
+        by_head: dict[bytes, tuple[WriterSchema, list[int], list[bytes]]] = {}
+        """Groups by the framing bytes that `split` read once: the values that start with them go straight in."""
         for i, value in enumerate(values):
             if i in rejected:
                 continue
+            headers = headers_of(i)
+            group = by_head.get(value[:head])
+            if group is not None and not headers:
+                group[1].append(i)
+                group[2].append(value[head:])
+                continue
             try:
-                writer, payload = registry.split(value, self._topic, self._headers_of(i))
+                writer, payload = registry.split(value, self._topic, headers)
             except Problem as problem:
                 rejected[i] = (problem.error_class, problem.message)
                 continue
@@ -439,6 +447,9 @@ class Converter:
             group = groups.setdefault(id(writer), (writer, [], []))
             group[1].append(i)
             group[2].append(payload)
+            common = registry.common_head(value, headers)
+            if common is not None:
+                by_head[common] = group
         parts, ids = [], []
         for writer, index, payloads in groups.values():
             table = writer.read_many(payloads) if writer.read_many is not None else None

@@ -161,6 +161,21 @@ class RegistryReader:
             writer = self._fetch(ident, indexes, schema_id.id is None)
         return writer, rest.read()
 
+    def common_head(self, value: bytes, headers: list[tuple[str, bytes]] | None) -> bytes | None:
+        """The framing bytes of `value` when `split` reads it by the common framing (no schema-id header): every
+        value that starts with the same bytes has the same writer schema and its payload after them. None
+        otherwise."""
+        if headers and self._header_id(headers):
+            return None
+        head = value[:self._head]
+        if len(head) < self._head or head[0] != 0 or (self.fmt == "protobuf" and head[5] != 0):
+            return None
+        return head
+
+    @property
+    def head_length(self) -> int:
+        return self._head
+
     def _header_id(self, headers: list[tuple[str, bytes]]) -> bool:
         return any(name == self._header for name, _ in headers)
 

@@ -81,6 +81,35 @@ def test_unframed_unknown_and_truncated_records_are_record_errors_that_say_why(c
     assert why[2][0] == why[3][0] == "MalformedPayload"
 
 
+def test_records_framed_like_an_earlier_one_are_read_with_its_schema_and_still_fail_one_by_one(client):
+    """The converter reads a batch's framing once per schema id (the values that start with the same bytes go
+    straight into its group): what each record gets must be what it gets alone."""
+    from confluent_kafka.schema_registry import header_schema_id_serializer
+
+    v1, v2 = _serialize(client, V1), _serialize(client, V2)
+    first = v1({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE)
+    second = v2({"id": 2, "amount": Decimal("2.00"), "qty": 5, "note": "n"}, VALUE)
+    by_header = AvroSerializer(client, json.dumps(V2), conf={"schema.id.serializer": header_schema_id_serializer})
+    headers: list = []
+    headed = by_header({"id": 5, "amount": Decimal("5.00"), "qty": 5, "note": None},
+                       SerializationContext(TOPIC, MessageField.VALUE, headers))
+    values = [first, second, first[:7], first + b"\x00", first[:5] + second[5:], first[:5], second, headed,
+              v1({"id": 9, "amount": Decimal("9.99"), "qty": 9}, VALUE)]
+    batch_headers = [None] * len(values)
+    batch_headers[7] = headers
+    converter = Converter("avro", connect_meta_data=False, allow_new_fields=True,
+                          value_registry=RegistryReader("avro", client=client))
+    batch = _convert(converter, values, headers=batch_headers)
+    alone = [_convert(Converter("avro", connect_meta_data=False, allow_new_fields=True,
+                                value_registry=RegistryReader("avro", client=client)), [v], headers=[h])
+             for v, h in zip(values, batch_headers)]
+    assert [f.offset for f in batch.failures] == [2, 3, 4, 5]
+    assert [(f.error_class, f.error_message) for f in batch.failures] == [
+        (r.failures[0].error_class, r.failures[0].error_message) for r in alone[2:6]]
+    assert batch.table.column("id").to_pylist() == [1, 2, 2, 5, 9]
+    assert batch.table.column("note").to_pylist() == [None, "n", "n", None, None]
+
+
 def test_a_schema_id_in_a_header_is_read_as_the_framing(client):
     """confluent-kafka's header serializer writes the schema's GUID into `__value_schema_id` and the bare payload
     as the value; the mock registry serves GUIDs, so the record is read as if framed."""
