@@ -426,6 +426,17 @@ class LakesinkConfig(BaseModel):
     transaction_interval_ms: Annotated[
         int, Key(POSITIVE, "How long a transaction collects records before the coordinator commits it.")
     ] = 60000
+    commit_max_records: Annotated[
+        int,
+        Key(NON_NEGATIVE, "End a transaction before `transaction.interval.ms` once the workers hold this many records "
+                          "for it (summed over all partitions, as they report it); 0: no limit by records."),
+    ] = 0
+    commit_max_bytes: Annotated[
+        int,
+        Key(NON_NEGATIVE, "End a transaction before `transaction.interval.ms` once the workers hold this many bytes "
+                          "for it (Arrow bytes still in memory plus Parquet bytes written, over all partitions); 0: no "
+                          "limit by bytes."),
+    ] = 1073741824
     coordinator_writestatus_timeout_ms: Annotated[
         int,
         Key(
@@ -502,6 +513,12 @@ class LakesinkConfig(BaseModel):
     buffer_max_bytes: Annotated[
         int, Key(POSITIVE, "Bytes buffered in memory per partition before they are spilled to a staged file.")
     ] = 67108864
+    file_target_bytes: Annotated[
+        int,
+        Key(POSITIVE, "Size at which a participant closes a data file and starts the next one: each spill of the "
+                      "buffer adds row groups to the partition's open file until it reaches this many bytes (a "
+                      "transaction's last file of each partition is smaller)."),
+    ] = 134217728
     parquet_codec: Annotated[Codec, Key(_choice(get_args(Codec)), "Compression of the Parquet data files.")] = "snappy"
     max_record_bytes: Annotated[
         int, Key(POSITIVE, "Largest record (key and value bytes) accepted; a larger record is a record error.")

@@ -254,7 +254,8 @@ class CoordinatorService:
         self.state = CoordinatorState(self.cfg.name, self.clock, self.cfg.transaction_interval_ms,
                                       self.cfg.coordinator_writestatus_timeout_ms, self.partitions,
                                       self.check_offsets,
-                                      self.ends if self.cfg.kafka_auto_offset_reset == "latest" else None)
+                                      self.ends if self.cfg.kafka_auto_offset_reset == "latest" else None,
+                                      max_records=self.cfg.commit_max_records, max_bytes=self.cfg.commit_max_bytes)
         return self.state.begin(epoch, recovered.offsets, topic_ids=recovered.topic_ids)
 
     def _recover(self):
@@ -601,7 +602,8 @@ class CoordinatorService:
         if (c.epoch, c.txn) in self._txn_started:
             txn_s = time.monotonic() - self._txn_started[(c.epoch, c.txn)]
         lags = lag(c.offsets, list_offsets(self._admin, c.offsets, timeout_s=2.0))
-        payload = {"txn": c.txn, "epoch": c.epoch, "table_version": result.table_version, "rows": result.rows,
+        payload = {"txn": c.txn, "epoch": c.epoch, "ended_by": c.ended_by, "table_version": result.table_version,
+                   "rows": result.rows,
                    "bytes": result.bytes, "files": result.files, "commit_duration_s": round(duration_s, 3),
                    "txn_duration_s": None if txn_s is None else round(txn_s, 3),
                    "rows_per_s": round(result.rows / txn_s, 1) if txn_s else None,
@@ -618,8 +620,9 @@ class CoordinatorService:
                    "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
                                for (t, p), o in sorted(c.offsets.items())]}
         log.info("committed txn %d epoch %d: %d rows (%d bytes) in %d files, table version %s, commit %.2f s, "
-                 "txn %s s, %s rows/s, lag %d (%s)", c.txn, c.epoch, result.rows, result.bytes, result.files,
-                 result.table_version, duration_s, payload["txn_duration_s"], payload["rows_per_s"], payload["lag"],
+                 "txn %s s (ended by %s), %s rows/s, lag %d (%s)", c.txn, c.epoch, result.rows, result.bytes,
+                 result.files, result.table_version, duration_s, payload["txn_duration_s"], c.ended_by,
+                 payload["rows_per_s"], payload["lag"],
                  ", ".join(f"{t}-{p}@{o} lag {lags.get((t, p))}" for (t, p), o in sorted(c.offsets.items())))
         for reset in c.resets:
             log.warning("txn %d committed the offset reset of %s", c.txn, reset.describe())

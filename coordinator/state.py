@@ -16,6 +16,11 @@ A partition with no committed offset starts where `start_at_end` (kafka.auto.off
 no partition of its topic has an offset yet (the topic's first start); that position is kept, and committed with
 the next Commit, so a discarded txn never moves it. Any other partition without an offset (added to its topic
 later, or with kafka.auto.offset.reset=earliest) starts at its beginning (None in the START).
+
+A txn ENDs when its interval is over, or earlier when what the workers report they hold for it (BUFFERED, summed
+over the workers' latest) reaches `max_records` or `max_bytes` (0: no such limit). A txn that reaches a limit while
+the previous txn's commit is outstanding ENDs as soon as that commit goes through. Each Commit says why its txn
+ended (`ended_by`: interval, size or stop).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from connector.errors import OffsetOutOfRangeError, ProtocolError, TopicRecreate
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
+    Buffered,
     EndCommit,
     Message,
     Offsets,
@@ -114,6 +120,7 @@ class Commit:
     offsets: Offsets
     resets: tuple[OffsetReset, ...] = ()
     topic_ids: TopicIds = field(default_factory=dict)  # the topic id of every topic `offsets` belong to
+    ended_by: str = "interval"  # why the txn ENDed: interval, size (commit.max.records|bytes) or stop
 
 
 Effect: TypeAlias = Send | Commit
@@ -206,12 +213,17 @@ class CoordinatorState:
         partitions: Callable[[], Iterable[TopicPartition]],
         check_offsets: Callable[[Offsets, TopicIds], OffsetCheck | Iterable[OffsetReset]] | None = None,
         start_at_end: Callable[[list[TopicPartition]], Mapping[TopicPartition, int]] | None = None,
+        max_records: int = 0,
+        max_bytes: int = 0,
     ):
         """`check_offsets(offsets, topic_ids)`: the resets (`offset_resets`) a START's offsets, committed in topics
         of `topic_ids`, need and the topics' ids now (an OffsetCheck; a plain list of resets: ids unknown), or it
         raises to stop. `start_at_end(partitions)` (kafka.auto.offset.reset=latest): the end of each partition
         starting for the first time with its topic; one it leaves out joins a later txn. None: they start at their
-        beginning."""
+        beginning. `max_records`, `max_bytes`: the size limits of a txn (commit.max.records, commit.max.bytes; 0
+        none)."""
+        if max_records < 0 or max_bytes < 0:
+            raise ValueError(f"max_records and max_bytes must be >= 0, got {max_records} and {max_bytes}")
         self._connector = connector
         self._clock = clock
         self._interval_s = interval_ms / 1000
@@ -233,6 +245,9 @@ class CoordinatorState:
         self._received: dict[TopicPartition, WriteStatus] = {}
         self._deadline: Deadline | None = None
         self._ended_at: float | None = None  # monotonic time of this txn's END, while collecting
+        self._max_records, self._max_bytes = max_records, max_bytes
+        self._buffered: dict[str, tuple[int, int]] = {}  # worker -> (records, bytes) it holds for this txn
+        self._end_reason = "interval"
         # worker -> the partitions it last said it holds; a partition some worker once held and none holds now is
         # not waited for (a revoked or stopped worker's partition: its next owner joins the next txn)
         self._owners: dict[str, frozenset[TopicPartition]] = {}
@@ -355,6 +370,8 @@ class CoordinatorState:
     def on_message(self, msg: Message) -> list[Effect]:
         if isinstance(msg, Assignment) and msg.connector == self._connector and self._phase is not Phase.FENCED:
             return self._on_assignment(msg)
+        if isinstance(msg, Buffered):
+            return self._on_buffered(msg)
         if isinstance(msg, WriteStatus) and msg.connector == self._connector and msg.epoch == self._epoch:
             # a status proves its worker holds the partition: a stale (duplicated, reordered) release costs one round
             self._owners[msg.worker] = self._owners.get(msg.worker, frozenset()) | {msg.topic_partition}
@@ -414,7 +431,27 @@ class CoordinatorState:
         on a complete txn's Commit comes without a pipelined START; the runtime sends no START after its outcome."""
         self.pipeline = False
         if self._phase is Phase.CONSUMING and self._committing is None:
-            return self._end()
+            return self._end("stop")
+        return []
+
+    @property
+    def buffered(self) -> tuple[int, int]:
+        """(records, bytes) the workers last reported holding for the current txn, summed."""
+        return (sum(r for r, _ in self._buffered.values()), sum(b for _, b in self._buffered.values()))
+
+    def _size_reached(self) -> bool:
+        records, size = self.buffered
+        return bool(self._max_records and records >= self._max_records or self._max_bytes and size >= self._max_bytes)
+
+    def _on_buffered(self, msg: Buffered) -> list[Effect]:
+        """A worker's holdings for a txn: counted for the current txn while it consumes; reaching a limit ENDs it
+        (once the previous commit is through, when one is outstanding)."""
+        if (msg.connector != self._connector or msg.epoch != self._epoch or msg.txn != self._txn
+                or self._phase is not Phase.CONSUMING):
+            return []
+        self._buffered[msg.worker] = (msg.records, msg.bytes)
+        if self._committing is None and self._size_reached():
+            return self._end("size")
         return []
 
     def _on_assignment(self, msg: Assignment) -> list[Effect]:
@@ -485,6 +522,7 @@ class CoordinatorState:
         self._start_ids = {**base_ids, **check.topic_ids}
         self._resets = {reset.topic_partition: reset for reset in resets}
         self._received = {}
+        self._buffered = {}
         self._phase = Phase.CONSUMING
         self._deadline = Deadline.after(self._clock, self._interval_s)
         start = StartCommit(self._connector, self._epoch, txn, dict(self._start_offsets), sent_at=self._clock.wall())
@@ -493,7 +531,9 @@ class CoordinatorState:
     def _forget_first(self) -> None:
         self._first = {tp: o for tp, o in self._first.items() if self._committed.get(tp) is None}
 
-    def _end(self) -> list[Effect]:
+    def _end(self, reason: str = "interval") -> list[Effect]:
+        self._end_reason = reason
+        self._stats[f"txn_ended_by_{reason}"] += 1
         self._phase = Phase.COLLECTING
         self._deadline = Deadline.after(self._clock, self._timeout_s)
         self._ended_at = self._clock.monotonic()
@@ -516,7 +556,7 @@ class CoordinatorState:
                        if tp in self._received or self._resets[tp].recreated is not None)
         topic_ids = {**self._committed_ids, **self._start_ids}
         commit = Commit(self._epoch, self._txn, txn_version(self._epoch, self._txn), statuses, offsets, resets,
-                        topic_ids)
+                        topic_ids, self._end_reason)
         self._committing = commit
         if not self.pipeline:
             self._deadline = None  # nothing runs until the commit's outcome; the next START follows its ACK
@@ -535,6 +575,8 @@ class CoordinatorState:
         pipelining no txn was started on them: START it now."""
         if self._txn == commit.txn:
             return self._start(self._txn + 1, self._committed, self._committed_ids)
+        if self._phase is Phase.CONSUMING and self._size_reached():
+            return self._end("size")
         if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired():
             return self._end()
         return []

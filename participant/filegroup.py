@@ -1,11 +1,14 @@
 """The file group of one partition for one txn: the Parquet data files the coordinator appends in one Delta commit.
 
 Tables are buffered in memory and spilled whenever `flush_size` rows or `max_bytes` bytes are buffered; `flush`
-spills the rest and seals the group. Every spill is written straight into the table location under a final name
-no other writer uses (connector, epoch, txn, topic, partition, worker, sequence and a random part), split into
-the table's partition directories when it has partition columns, through connector.storage.store: a local
-directory or S3 alike, and nothing shared between the machines of workers and coordinator but the store. The
-files are not part of the table until the coordinator commits them; a discarded group deletes its own.
+spills the rest and seals the group. A spill goes on the open data file (its next row groups) of each of the
+table's partition directories it touches; a file is closed when it reaches `target_bytes` (file.target.bytes), when
+the group's schema changes, and at `flush`, so a txn's data makes files of the target size, not of the buffer's.
+Every file is written straight into the table location under a final name no other writer uses (connector, epoch,
+txn, topic, partition, worker, sequence and a random part), through connector.storage.store: a local directory or
+S3 alike, and nothing shared between the machines of workers and coordinator but the store. The files are not part
+of the table until the coordinator commits them; a discarded group deletes its own. A write that fails drops the
+open files (and the rows already in them): the group is broken and refuses more work, and its txn is read again.
 """
 from __future__ import annotations
 
@@ -18,12 +21,12 @@ from connector.protocol.messages import StagedFile
 from connector.schema.algebra import conform, schema_to_text, unify
 from connector.storage.store import Store
 from connector.table.datafiles import (
+    ParquetOut,
     data_file_prefix,
     partition_types_supported,
     safe_name,
     split_by_partition,
     stats_json,
-    write_parquet,
 )
 
 CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
@@ -52,9 +55,11 @@ class FileGroupWriter:
         flush_size: int = 100_000,
         max_bytes: int = 64 << 20,
         codec: str = "snappy",
+        target_bytes: int = 128 << 20,
     ):
-        if flush_size <= 0 or max_bytes <= 0:
-            raise ValueError(f"flush_size and max_bytes must be positive, got {flush_size} and {max_bytes}")
+        if flush_size <= 0 or max_bytes <= 0 or target_bytes <= 0:
+            raise ValueError(f"flush_size, max_bytes and target_bytes must be positive, got {flush_size}, {max_bytes} "
+                             f"and {target_bytes}")
         if codec not in CODECS:
             raise ValueError(f"codec must be one of {', '.join(CODECS)}, got {codec!r}")
         self.store = store
@@ -64,6 +69,7 @@ class FileGroupWriter:
         self.flush_size = flush_size
         self.max_bytes = max_bytes
         self.codec = codec
+        self.target_bytes = target_bytes
         self._stem = (f"{data_file_prefix(connector)}{safe_name(str(txn_tag))}-{safe_name(topic)}-{partition}-"
                       f"{safe_name(worker)}")
         self._seq = 0
@@ -73,19 +79,22 @@ class FileGroupWriter:
         self._schema: pa.Schema | None = None
         self._schemas: list[str] = []
         self._files: list[StagedFile] = []
+        # directory ("" unsplit) -> its open file and what its StagedFile needs: (out, partition values, schema index)
+        self._open: dict[str, tuple[ParquetOut, dict[str, str | None] | None, int]] = {}
         self._state = "open"
 
     @property
     def rows(self) -> int:
-        return self._buffered_rows + sum(f.rows for f in self._files)
+        return self._buffered_rows + sum(f.rows for f in self._files) + sum(o.rows for o, _, _ in self._open.values())
 
     @property
     def bytes(self) -> int:
-        return self._buffered_bytes + sum(f.bytes for f in self._files)
+        return (self._buffered_bytes + sum(f.bytes for f in self._files)
+                + sum(o.bytes for o, _, _ in self._open.values()))
 
     @property
     def files(self) -> list[StagedFile]:
-        """The files written so far."""
+        """The files closed so far."""
         return list(self._files)
 
     @property
@@ -113,6 +122,7 @@ class FileGroupWriter:
         self._require_open("flush")
         if self._buffer:
             self._spill()
+        self._close_files()
         self._state = "flushed"
         return list(self._files)
 
@@ -122,6 +132,7 @@ class FileGroupWriter:
         self._state = "discarded"
         self._buffer.clear()
         self._buffered_rows = self._buffered_bytes = 0
+        self._abort_open()
         self.store.delete_unreferenced([f.path for f in self._files], "a discarded txn's")
         self._files.clear()
 
@@ -139,8 +150,6 @@ class FileGroupWriter:
         if text not in self._schemas:
             self._schemas.append(text)
         index = self._schemas.index(text)
-        name = f"{self._stem}-{self._seq:05d}-{uuid.uuid4().hex[:8]}"
-        self._seq += 1
         split = self.partition_by
         if split and partition_types_supported(schema, split) is not None:
             split = None  # partition values of these types are written by Spark's Delta writer
@@ -148,10 +157,51 @@ class FileGroupWriter:
             pieces = [({} if split == () else None, "", table)]
         else:
             pieces = split_by_partition(table, split)
-        for k, (values, directory, rows) in enumerate(pieces):
-            relative = f"{directory}/{name}-{k:04d}.parquet" if directory else f"{name}.parquet"
-            size, modified_ms, stats = write_parquet(self.store, relative, rows, self.codec)
-            self._files.append(StagedFile(relative, rows.num_rows, size, values, stats_json(stats), modified_ms,
-                                          index))
+        try:
+            for values, directory, rows in pieces:
+                opened = self._open.get(directory)
+                if opened is not None and opened[2] != index:  # the schema changed: a file has one
+                    self._close(directory)
+                    opened = None
+                if opened is None:
+                    name = f"{self._stem}-{self._seq:05d}-{uuid.uuid4().hex[:8]}.parquet"
+                    self._seq += 1
+                    relative = f"{directory}/{name}" if directory else name
+                    opened = self._open[directory] = (ParquetOut(self.store, relative, rows.schema, self.codec),
+                                                      values, index)
+                opened[0].write(rows)
+                if opened[0].bytes >= self.target_bytes:
+                    self._close(directory)
+        except BaseException:
+            self._broken()
+            raise
         self._buffer.clear()
         self._buffered_rows = self._buffered_bytes = 0
+
+    def _close(self, directory: str) -> None:
+        out, values, index = self._open.pop(directory)
+        try:
+            size, modified_ms, stats = out.close()
+        except BaseException:
+            out.abort()
+            raise
+        self._files.append(StagedFile(out.relative, out.rows, size, values, stats_json(stats), modified_ms, index))
+
+    def _close_files(self) -> None:
+        try:
+            for directory in list(self._open):
+                self._close(directory)
+        except BaseException:
+            self._broken()
+            raise
+
+    def _abort_open(self) -> None:
+        for out, _, _ in self._open.values():
+            out.abort()
+        self._open.clear()
+
+    def _broken(self) -> None:
+        """A file could not be written: the open files (and rows already in them) are dropped, so the group can
+        never report all its rows; it refuses more work and its txn must be read again."""
+        self._abort_open()
+        self._state = "broken (a data file could not be written; the transaction is read again)"

@@ -28,7 +28,7 @@ from connector.formats.registry import RegistryReader, RegistryUnavailable
 from connector.kafka.clients import KafkaClients, check_connection
 from connector.kafka.deadletter import DeadLetterError, DeadLetterProducer
 from connector.loop import run_until_stopped
-from connector.protocol.messages import AckCommit, Assignment, EndCommit, Message, StartCommit
+from connector.protocol.messages import AckCommit, Assignment, Buffered, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
 from connector.storage.checks import check_store
 from connector.storage.store import Store
@@ -64,6 +64,8 @@ REPLAY_LAST = 1000
 SESSION_TIMEOUT_MS = "10000"
 """The consumer's session.timeout.ms unless consumer.session.timeout.ms is set: how long the partitions of a worker
 that stopped for good wait for it (static members do not leave their group when they close)."""
+MIN_SIZED_BATCH = 100
+"""The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
 
 
 @dataclass
@@ -121,6 +123,7 @@ class Worker:
         self._latest_start: StartCommit | None = None
         self._latest_end: EndCommit | None = None
         self._announced: tuple | None = None  # (epoch, partitions, registry_waiting) of the last Assignment sent
+        self._buffered_sent: tuple = ((-1, -1), 0, 0)  # ((epoch, txn), records, bytes) of the last BUFFERED sent
         self._store = Store.for_config(cfg)
         self._table = DeltaTableSink(cfg.table_path, cfg.name, store=self._store)
         # how data files are split: the table's partition columns when Delta's log takes its files as they are,
@@ -212,6 +215,7 @@ class Worker:
         self._retry_seeks()
         self._retry_reports()
         self._consume(consume_timeout_s)
+        self._report_buffered()
         self._announce()
         if self.metrics.lag_due():
             self._update_lag()
@@ -322,7 +326,7 @@ class Worker:
         return FileGroupWriter(self._store, self.cfg.name, st.topic_partition[0], st.topic_partition[1],
                                self.worker_id, txn_tag(st.epoch or 0, st.txn or 0), partition_by=self._split_by,
                                flush_size=self.cfg.flush_size, max_bytes=self.cfg.buffer_max_bytes,
-                               codec=self.cfg.parquet_codec)
+                               codec=self.cfg.parquet_codec, target_bytes=self.cfg.file_target_bytes)
 
     def _seek(self, runner: PartitionRunner, offset: int | None) -> None:
         if offset is not None and runner.delivered_next == offset:
@@ -379,7 +383,11 @@ class Worker:
     # --- records -------------------------------------------------------------------------------------------
 
     def _consume(self, timeout_s: float) -> None:
-        batch = self._consumer.consume(self.batch_size, timeout=timeout_s)
+        size = self.batch_size
+        if self.cfg.commit_max_records:
+            # a txn can overshoot commit.max.records by what one worker reads before the coordinator's END: a batch
+            size = min(size, max(MIN_SIZED_BATCH, self.cfg.commit_max_records // 8))
+        batch = self._consumer.consume(size, timeout=timeout_s)
         if not batch:
             return
         grouped: dict[tuple[str, int], list] = defaultdict(list)
@@ -577,6 +585,44 @@ class Worker:
             if runner is not None and runner.writer is not None and runner.state.phase is not Phase.WAITING_ACK:
                 runner.writer.discard()
         log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
+
+    def _report_buffered(self) -> None:
+        """With commit.max.records or commit.max.bytes set, tell the coordinator what this worker holds for the
+        current txn (BUFFERED) each time it has grown by a step, 1/64 of a limit, since the last report: the
+        coordinator ENDs the txn once the workers' sum reaches the limit. A worker that alone holds a limit stops
+        reading for the txn (its partitions pause until the next START, which seeks them back to where the txn's
+        records end), so a txn overshoots a limit by at most one consume batch per worker, however late the END."""
+        cfg, start = self.cfg, self._latest_start
+        if not (cfg.commit_max_records or cfg.commit_max_bytes) or start is None:
+            return
+        records = size = 0
+        current = [runner for runner in self.runners.values()
+                   if runner.writer is not None and runner.state.phase is Phase.CONSUMING
+                   and (runner.state.epoch, runner.state.txn) == (start.epoch, start.txn)]
+        for runner in current:
+            records += runner.writer.rows
+            size += runner.writer.bytes
+        txn, sent_records, sent_bytes = self._buffered_sent
+        if txn != (start.epoch, start.txn):
+            sent_records = sent_bytes = 0
+        full = cfg.commit_max_records and records >= cfg.commit_max_records \
+            or cfg.commit_max_bytes and size >= cfg.commit_max_bytes
+        grown = (cfg.commit_max_records and records - sent_records >= max(1, cfg.commit_max_records // 64)
+                 or cfg.commit_max_bytes and size - sent_bytes >= max(1, cfg.commit_max_bytes // 64))
+        if full:
+            held = [r for r in current if r.held != (start.epoch, start.txn)]
+            for runner in held:
+                runner.held = (start.epoch, start.txn)
+                runner.delivered_next = None  # the next START's Resume seeks back to the state's position
+            if held:
+                self._consumer.pause([KafkaTP(*r.key) for r in held])
+                log.info("holding %d records (%d bytes) for txn %d, a commit limit: reading again at the next "
+                         "START", records, size, start.txn)
+        if not grown and not (full and (records, size) != (sent_records, sent_bytes)):
+            return
+        self._channel.send(Buffered(cfg.name, start.epoch, start.txn, worker=self.worker_id, records=records,
+                                    bytes=size), flush=False)
+        self._buffered_sent = ((start.epoch, start.txn), records, size)
 
     def _announce(self, force: bool = False, flush: bool = True) -> None:
         """Tell the coordinator which partitions this worker holds, and `lakesink status` which of them wait for the

@@ -105,7 +105,7 @@ def control_view(messages: list[Message], now: float | None = None, dead_letter_
     progress = [m for m in messages if isinstance(m, Progress)][-LAST_COMMITS:]
     view["last_commits"] = [{**{k: m.payload.get(k) for k in ("txn", "epoch", "table_version", "rows", "bytes",
                                                                  "rows_per_s", "commit_duration_s", "lag",
-                                                                 "records_dead_lettered")},
+                                                                 "records_dead_lettered", "ended_by")},
                              "age_s": round(max(0.0, now - m.sent_at), 1)} for m in progress]
     return view
 
@@ -243,10 +243,10 @@ def render(s: dict[str, Any]) -> str:
     if c["last_commits"]:
         lines.append("")
         lines.append("last commits")
-        rows = [("txn", "epoch", "rows", "rows/s", "commit s", "lag", "table version", "age s")]
+        rows = [("txn", "epoch", "rows", "rows/s", "commit s", "lag", "table version", "ended by", "age s")]
         for k in c["last_commits"]:
             rows.append(tuple(_text(k[n]) for n in ("txn", "epoch", "rows", "rows_per_s", "commit_duration_s", "lag",
-                                                     "table_version", "age_s")))
+                                                     "table_version", "ended_by", "age_s")))
         lines += _table(rows)
     for problem in s["problems"]:
         lines.append(f"problem    {problem}")

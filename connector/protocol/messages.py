@@ -151,6 +151,18 @@ class Assignment(_Envelope):
 
 
 @dataclass(frozen=True)
+class Buffered(_Envelope):
+    """What a worker holds for txn `txn` so far, over all its partitions: the records it staged and their bytes
+    (Arrow bytes buffered plus file bytes written). Sent as it grows, only with `commit.max.records` or
+    `commit.max.bytes` set: the coordinator sums the workers' latest and ENDs the txn early when a limit is
+    reached. Older versions skip it as an unknown type."""
+
+    worker: str
+    records: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class CommitFailed(_Envelope):
     """The coordinator gave up txn `txn` of `epoch` and stopped: `error` says why and what to do, after `attempts`
     failed commits in a row. For `lakesink status` and operators; participants ignore it, and the START of a
@@ -160,7 +172,8 @@ class CommitFailed(_Envelope):
     attempts: int
 
 
-Message: TypeAlias = StartCommit | EndCommit | WriteStatus | AckCommit | Progress | Assignment | CommitFailed
+Message: TypeAlias = (StartCommit | EndCommit | WriteStatus | AckCommit | Progress | Assignment | CommitFailed
+                      | Buffered)
 
 _TYPE_NAMES: dict[type, str] = {
     StartCommit: "START_COMMIT",
@@ -170,6 +183,7 @@ _TYPE_NAMES: dict[type, str] = {
     Progress: "PROGRESS",
     Assignment: "ASSIGNMENT",
     CommitFailed: "COMMIT_FAILED",
+    Buffered: "BUFFERED",
 }
 _TYPES_BY_NAME: dict[str, type] = {name: cls for cls, name in _TYPE_NAMES.items()}
 
@@ -359,6 +373,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "txn": _count,
     "partition": _count,
     "rows": _count,
+    "records": _count,
     "bytes": _count,
     "records_failed": _count,
     "records_dead_lettered": _count,

@@ -81,28 +81,83 @@ def write_parquet(store: Store, relative: str, table: pa.Table, codec: str = "sn
     """Write `table` as the Parquet file `relative` of the store, never replacing a file: on S3 the object appears
     whole when written; a local file is written under a temporary name, synced, then linked to its name.
     (size in bytes, modification time in ms, Delta statistics)."""
-    collected: list[pq.FileMetaData] = []
-    options = dict(compression="none" if codec == "none" else codec, row_group_size=ROW_GROUP_ROWS,
-                   write_statistics=True, metadata_collector=collected, use_dictionary=_dictionary(table.schema))
-    if store.root.is_s3:
-        with store.open_output(relative) as out:
-            pq.write_table(table, out, **options)
-            size = out.tell()
-    else:
-        target = Path(store.path(relative))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    out = ParquetOut(store, relative, table.schema, codec)
+    try:
+        out.write(table)
+    except BaseException:
+        out.abort()
+        raise
+    return out.close()
+
+
+TEMPORARY = re.compile(r"^\.(.+)\.[0-9a-f]{12}\.tmp$")
+"""A local data file being written: `.<its name>.<12 hex digits>.tmp` beside it (ParquetOut)."""
+
+
+class ParquetOut:
+    """One Parquet data file written in parts (`write`, each call its row groups) and published by `close`, never
+    replacing a file: on S3 the object appears whole when the stream closes; a local file is written under a
+    temporary name (`TEMPORARY`), synced, then linked to its name. `abort` leaves nothing behind (a crash leaves a
+    temporary file, which the sweep deletes)."""
+
+    def __init__(self, store: Store, relative: str, schema: pa.Schema, codec: str = "snappy"):
+        self.store, self.relative, self.schema = store, relative, schema
+        self.rows = 0
+        self._collected: list[pq.FileMetaData] = []
+        self._temporary: Path | None = None
+        if store.root.is_s3:
+            self._stream = store.open_output(relative)
+        else:
+            target = Path(store.path(relative))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+            self._stream = open(self._temporary, "wb")
+        self._writer = pq.ParquetWriter(self._stream, schema, compression="none" if codec == "none" else codec,
+                                        write_statistics=True, use_dictionary=_dictionary(schema),
+                                        metadata_collector=self._collected)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes written so far (the row groups written; the footer comes at `close`)."""
+        return self._stream.tell()
+
+    def write(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+
+    def close(self) -> tuple[int, int, dict]:
+        """Publish the file: (size in bytes, modification time in ms, Delta statistics)."""
+        self._writer.close()
+        if self._temporary is None:
+            size = self._stream.tell()
+            self._stream.close()
+        else:
+            try:
+                self._stream.flush()
+                os.fsync(self._stream.fileno())
+                size = self._stream.tell()
+                self._stream.close()
+                target = Path(self.store.path(self.relative))
+                os.link(self._temporary, target)  # exclusive: a name is never reused
+            finally:
+                self._temporary.unlink(missing_ok=True)
+            sync_directory(target.parent)
+        return size, int(time.time() * 1000), file_stats(self._collected[0])
+
+    def abort(self) -> None:
+        """Drop the file: the local temporary file is deleted; on S3 the stream is closed and the object deleted."""
         try:
-            with open(temporary, "wb") as out:
-                pq.write_table(table, out, **options)
-                out.flush()
-                os.fsync(out.fileno())
-                size = out.tell()
-            os.link(temporary, target)  # exclusive: a name is never reused
-        finally:
-            temporary.unlink(missing_ok=True)
-        sync_directory(target.parent)
-    return size, int(time.time() * 1000), file_stats(collected[0])
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the file is dropped either way
+            pass
+        try:
+            self._stream.close()
+        except Exception:  # noqa: BLE001
+            pass
+        if self._temporary is not None:
+            self._temporary.unlink(missing_ok=True)
+        else:
+            self.store.delete_unreferenced([self.relative], "an aborted")
 
 
 def _dictionary(schema: pa.Schema) -> bool | list[str]:

@@ -10,6 +10,8 @@ only when all of these hold, so that nothing a table version references is ever 
     removed later, by OPTIMIZE or DELETE, belongs to VACUUM and time travel, not to the sweep);
   - it is older than `orphan.files.retention.ms`, and younger than the oldest commit of the history read (older
     files cannot be told apart from committed ones and are left alone).
+A local data file a participant was still writing when it died (`.part-...parquet.<hex>.tmp`,
+connector.table.datafiles.TEMPORARY) is never part of a table: it goes by the first and the age rules alone.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 from connector.faults import fault_point
 from connector.protocol.messages import txn_version
-from connector.table.datafiles import data_file_prefix
+from connector.table.datafiles import TEMPORARY, data_file_prefix
 from connector.table.sink import META_DIR, state_prefix
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ def sweep(sink, retention_s: float, now: float | None = None) -> SweepResult:
         if relative.startswith(("_delta_log/", f"{META_DIR}/")) and not relative.startswith(status_prefix):
             continue
         name = relative.rsplit("/", 1)[-1]
+        temporary = TEMPORARY.match(name)
+        if temporary is not None:
+            name = temporary.group(1)
         match = pattern.match(name) if not relative.startswith(status_prefix) else _STATUS_TAG.search(relative)
         if match is None:
             continue
@@ -72,7 +77,7 @@ def sweep(sink, retention_s: float, now: float | None = None) -> SweepResult:
         if now - modified < retention_s:
             young += 1
             continue
-        if not relative.startswith(status_prefix):
+        if not relative.startswith(status_prefix) and temporary is None:
             if referenced is None:
                 referenced = _snapshot_paths(dt)
             if relative in referenced:

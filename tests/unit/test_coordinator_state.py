@@ -5,6 +5,7 @@ from connector.errors import ProtocolError
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
+    Buffered,
     CommitFailed,
     EndCommit,
     Offsets,
@@ -402,3 +403,64 @@ def test_a_partition_nobody_has_announced_is_still_waited_for() -> None:
     assert coord.on_message(Assignment("sink", 0, 0, worker="w1", partitions=(P0,))) == []
     assert coord.on_message(status(P0, 10, 11)) == []
     assert coord.waiting_for == {P1}, "P1 was never held by anyone the coordinator heard of: it may be"
+
+
+# --- size triggers: commit.max.records / commit.max.bytes --------------------------------------------------------
+
+def sized(max_records: int = 0, max_bytes: int = 0) -> tuple[CoordinatorState, FakeClock]:
+    clock = FakeClock()
+    coord = CoordinatorState("sink", clock, INTERVAL_MS, TIMEOUT_MS, Topics(P0, P1), max_records=max_records,
+                             max_bytes=max_bytes)
+    coord.begin(1, {P0: 10, P1: 20})
+    return coord, clock
+
+
+def buffered(worker: str, records: int, size: int = 0, *, epoch: int = 1, txn: int = 1) -> Buffered:
+    return Buffered("sink", epoch, txn, worker=worker, records=records, bytes=size)
+
+
+def test_a_txn_ends_before_its_interval_once_the_workers_together_hold_max_records() -> None:
+    coord, _ = sized(max_records=100)
+    assert coord.on_message(buffered("w1", 60)) == []
+    assert coord.on_message(buffered("w1", 70)) == []  # a worker's latest report replaces its earlier one
+    assert coord.buffered == (70, 0) and coord.phase is Phase.CONSUMING
+    [end] = sent(coord.on_message(buffered("w2", 30)))
+    assert isinstance(end, EndCommit) and end.txn == 1 and coord.phase is Phase.COLLECTING
+    assert coord.stats["txn_ended_by_size"] == 1
+    coord.on_message(status(P0, 10, 50))
+    [commit] = [e for e in coord.on_message(status(P1, 20, 80)) if isinstance(e, Commit)]
+    assert commit.ended_by == "size"
+    assert coord.buffered == (0, 0)  # the next txn counts from nothing
+
+
+def test_max_bytes_ends_a_txn_and_zero_limits_never_do() -> None:
+    coord, _ = sized(max_bytes=1000)
+    [end] = sent(coord.on_message(buffered("w1", 1, 1000)))
+    assert isinstance(end, EndCommit)
+    unlimited, clock = sized()
+    assert unlimited.on_message(buffered("w1", 10**9, 10**12)) == [] and unlimited.phase is Phase.CONSUMING
+    clock.advance(INTERVAL_MS / 1000)
+    [end] = sent(unlimited.tick())
+    assert isinstance(end, EndCommit) and unlimited.stats["txn_ended_by_interval"] == 1
+
+
+def test_reports_of_another_txn_or_epoch_or_connector_do_not_count() -> None:
+    coord, _ = sized(max_records=10)
+    for msg in (buffered("w1", 50, txn=2), buffered("w1", 50, epoch=0), buffered("w1", 50, epoch=2),
+                Buffered("other", 1, 1, worker="w1", records=50, bytes=0)):
+        assert coord.on_message(msg) == []
+    assert coord.phase is Phase.CONSUMING and coord.buffered == (0, 0)
+
+
+def test_a_txn_full_while_the_previous_commit_is_outstanding_ends_when_it_goes_through() -> None:
+    coord, clock = sized(max_records=100)
+    clock.advance(INTERVAL_MS / 1000)
+    coord.tick()
+    coord.on_message(status(P0, 10, 15))
+    effects = coord.on_message(status(P1, 20, 25))  # txn 1 complete: START 2, then Commit 1
+    assert [type(e) for e in effects] == [Send, Commit] and coord.txn == 2
+    assert coord.on_message(buffered("w1", 500, txn=2)) == []  # txn 2 is full, but txn 1 is not committed yet
+    assert coord.phase is Phase.CONSUMING
+    acked = coord.on_committed(3, {P0: 15, P1: 25})
+    [ack, end] = sent(acked)
+    assert isinstance(ack, AckCommit) and isinstance(end, EndCommit) and end.txn == 2

@@ -24,6 +24,8 @@ def rows(start, count, **extra):
 
 
 def writer(tmp_path, **options):
+    """A file group that closes its file at every spill (target_bytes=1) unless a test sets its own target."""
+    options.setdefault("target_bytes", 1)
     return FileGroupWriter(Store(Location.parse(str(tmp_path / "t"))), "conn", "orders", 3, "w-1", "e000001-t00000007",
                            **options)
 
@@ -176,24 +178,68 @@ def test_discard_after_flush_deletes_the_flushed_files(tmp_path):
     assert visible_files(tmp_path) == []
 
 
-def test_a_failed_write_leaves_no_file_and_keeps_the_buffer(tmp_path, monkeypatch):
-    group = writer(tmp_path)
-    group.append(rows(0, 5))
-    real_write = pq.write_table
+def test_a_failed_write_leaves_no_file_and_the_group_refuses_more_work(tmp_path, monkeypatch):
+    """A file that fails half-written takes the rows already in it: the group cannot report its txn whole any
+    more, so it drops its open files and refuses to go on (the txn is read again); discard still cleans up."""
+    group = writer(tmp_path, flush_size=5, target_bytes=1 << 30)
+    group.append(rows(0, 5))  # a spill: row groups on the open file
+    real_write = datafiles.ParquetOut.write
 
-    def crash(table, where, **options):
-        where.write(b"PAR1 half a file")
+    def crash(self, table):
+        self._stream.write(b"PAR1 half a row group")
         raise OSError("disk full")
 
-    monkeypatch.setattr(datafiles.pq, "write_table", crash)
+    monkeypatch.setattr(datafiles.ParquetOut, "write", crash)
+    group.append(rows(5, 2))
     with pytest.raises(OSError, match="disk full"):
         group.flush()
+    monkeypatch.setattr(datafiles.ParquetOut, "write", real_write)
     assert visible_files(tmp_path) == []
-    monkeypatch.setattr(datafiles.pq, "write_table", real_write)
-    files = group.flush()
-    assert read_ids(files, tmp_path) == list(range(5))
-    assert visible_files(tmp_path) == [files[0].path]
     assert not [p for p in (tmp_path / "t").iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(LakesinkError, match="broken"):
+        group.flush()
+    with pytest.raises(LakesinkError, match="broken"):
+        group.append(rows(7, 1))
+    group.discard()
+    assert visible_files(tmp_path) == []
+
+
+def test_spills_go_on_one_file_until_it_reaches_the_target_size(tmp_path):
+    group = writer(tmp_path, flush_size=1000, target_bytes=20_000)
+    for start in range(0, 12_000, 1000):  # a spill of 1000 int64 rows: ~8 KB of Parquet each
+        group.append(rows(start, 1000))
+    files = group.flush()
+    assert len(files) >= 2 and all(f.rows > 1000 for f in files[:-1]), [f.rows for f in files]
+    assert all(f.bytes >= 20_000 for f in files[:-1]) and sum(f.rows for f in files) == 12_000
+    assert read_ids(files, tmp_path) == list(range(12_000))
+    for f in files:  # each file's row groups, and statistics over all of them
+        meta = pq.ParquetFile(path(tmp_path, f)).metadata
+        assert meta.num_rows == f.rows and meta.num_row_groups > 1
+        stats = json.loads(f.stats)
+        assert stats["numRecords"] == f.rows
+        ids = pq.read_table(path(tmp_path, f)).column("id").to_pylist()
+        assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (min(ids), max(ids))
+
+
+def test_rows_and_bytes_count_the_open_file_and_its_file_appears_only_when_closed(tmp_path):
+    group = writer(tmp_path, flush_size=100, target_bytes=1 << 30)
+    group.append(rows(0, 250))  # spilled into the open file
+    assert group.files == [] and visible_files(tmp_path) == []
+    assert group.rows == 250 and group.bytes > 0
+    files = group.flush()
+    assert [f.rows for f in files] == [250] and visible_files(tmp_path) == [files[0].path]
+    assert group.bytes == files[0].bytes
+
+
+def test_a_schema_change_closes_the_open_file_and_partitions_keep_a_file_each(tmp_path):
+    group = writer(tmp_path, flush_size=2, target_bytes=1 << 30, partition_by=("day",))
+    group.append(rows(0, 2, day="a"))
+    group.append(rows(2, 2, day="b"))
+    group.append(rows(4, 2, day="a"))
+    group.append(rows(6, 2, day="a", note="x"))  # a new column: a new schema, new files
+    files = group.flush()
+    by_day = sorted((f.partition_values["day"], f.schema, f.rows) for f in files)
+    assert by_day == [("a", 0, 4), ("a", 1, 2), ("b", 0, 2)]
 
 
 def test_tables_of_evolving_schemas_are_written_with_the_unified_schema(tmp_path):

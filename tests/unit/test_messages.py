@@ -9,6 +9,7 @@ from connector.protocol.messages import (
     SCHEMA_VERSION,
     AckCommit,
     Assignment,
+    Buffered,
     CommitFailed,
     DecodeError,
     EndCommit,
@@ -57,6 +58,7 @@ SAMPLES: list[Message] = [
     Assignment("sink", 0, 0, worker="w-2", partitions=()),
     EndCommit("sink", 3, 7, offsets=OFFSETS),
     CommitFailed("sink", 3, 7, error="txn 7 of epoch 3 cannot be committed to /t: ünïcode; start it again", attempts=2),
+    Buffered("sink", 3, 7, worker="w-1", records=120_000, bytes=48 << 20),
 ]
 
 
@@ -86,7 +88,7 @@ def test_wire_format_names_type_and_version_and_lists_offsets() -> None:
     assert {"topic": "orders", "partition": 1, "offset": None} in body["offsets"]
     assert [_body(m)["type"] for m in SAMPLES[1:]] == [
         "END_COMMIT", "WRITE_STATUS", "WRITE_STATUS", "ACK_COMMIT", "ACK_COMMIT", "PROGRESS", "ASSIGNMENT", "ASSIGNMENT",
-        "END_COMMIT", "COMMIT_FAILED",
+        "END_COMMIT", "COMMIT_FAILED", "BUFFERED",
     ]
 
 
@@ -247,6 +249,7 @@ messages = st.one_of(
               partitions=st.sets(st.tuples(names, st.integers(0, 500)), max_size=4).map(lambda s: tuple(sorted(s))),
               registry_waiting=st.sets(st.tuples(names, st.integers(0, 500)), max_size=2).map(sorted).map(tuple),
               registry_error=st.none() | st.text(max_size=20)),
+    st.builds(Buffered, **envelope, worker=names, records=counts, bytes=counts),
 )
 
 
@@ -336,8 +339,9 @@ def test_an_assignment_names_what_waits_for_the_registry_and_one_of_an_older_ver
 
 
 def test_commit_failed_needs_its_error_and_a_count_of_attempts() -> None:
-    body = _body(SAMPLES[-1])
-    assert (body["type"], body["error"], body["attempts"]) == ("COMMIT_FAILED", SAMPLES[-1].error, 2)
+    failed = SAMPLES[-2]
+    body = _body(failed)
+    assert (body["type"], body["error"], body["attempts"]) == ("COMMIT_FAILED", failed.error, 2)
     for field, bad in (("error", None), ("error", 3), ("attempts", -1), ("attempts", "2")):
         with pytest.raises(DecodeError, match=field):
             decode(_bytes(body | {field: bad}))

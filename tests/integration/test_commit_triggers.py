@@ -1,0 +1,104 @@
+"""Commit triggers: a transaction ends at `transaction.interval.ms`, or earlier once the workers hold
+`commit.max.records` (or `commit.max.bytes`) for it (coordinator/state.py; BUFFERED in docs/ARCHITECTURE.md).
+Real broker, real Delta table, read back with delta-rs; PROGRESS says why each transaction ended."""
+from __future__ import annotations
+
+import uuid
+
+import pyarrow.compute as pc
+import pytest
+
+from bench.harness import open_table
+from connector.config import config_from_dict
+from connector.kafka.clients import KafkaClients
+from connector.protocol.channel import read_tail
+from connector.protocol.messages import Progress
+from tests.integration.test_table_features import Sink
+from tests.support import drain, produce_json
+
+pytestmark = pytest.mark.integration
+
+INTERVAL_MS = 8000
+MAX_RECORDS = 4000
+
+
+def _config(bootstrap, topic, table, **extra):
+    name = f"trig-{uuid.uuid4().hex[:8]}"
+    return config_from_dict({"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
+                             "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
+                             "target.table.name": table.name, "transaction.interval.ms": str(INTERVAL_MS),
+                             "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000",
+                             **{k: str(v) for k, v in extra.items()}})
+
+
+def _progress(cfg) -> list[dict]:
+    return [m.payload for m in read_tail(KafkaClients.of(cfg), cfg.control_topic_name, cfg.name)
+            if isinstance(m, Progress)]
+
+
+def test_a_backlog_commits_every_max_records_long_before_the_interval(kafka_bootstrap, make_topic, table_path, spark,
+                                                                     report):
+    topic = make_topic(partitions=2)
+    produced = produce_json(kafka_bootstrap, topic, 24_000, 2)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"commit.max.records": MAX_RECORDS})
+    with Sink(cfg, spark) as sink:
+        drain(sink, cfg, {(topic, p): n for p, n in produced.items()}, "every record committed", 120)
+    progress = _progress(cfg)
+    by_size = [p for p in progress if p["ended_by"] == "size"]
+    # a size-ended txn holds the limit, plus at most what each worker read in one batch (1/8 of it) before the END
+    assert len(by_size) >= 4, [(p["ended_by"], p["rows"]) for p in progress]
+    assert all(MAX_RECORDS <= p["rows"] <= MAX_RECORDS * 3 // 2 for p in by_size), [p["rows"] for p in by_size]
+    assert all(p["txn_duration_s"] < INTERVAL_MS / 1000 for p in by_size if p["txn_duration_s"] is not None)
+    assert {p["ended_by"] for p in progress} <= {"size", "interval"}
+    rows = open_table(cfg.table_path).to_pyarrow_table(columns=["_kafka_partition", "_kafka_offset"])
+    assert rows.num_rows == 24_000
+    assert pc.count_distinct(pc.binary_join_element_wise(pc.cast(rows["_kafka_partition"], "string"),
+                                                         pc.cast(rows["_kafka_offset"], "string"), "-")).as_py() \
+        == 24_000
+    report(f"commit.max.records={MAX_RECORDS}, interval {INTERVAL_MS} ms, 24,000 records of backlog: "
+           f"{len(by_size)} of {len(progress)} txns ended by size, rows {[p['rows'] for p in progress]}")
+
+
+def test_without_limits_a_txn_ends_by_its_interval_only(kafka_bootstrap, make_topic, table_path, spark):
+    topic = make_topic(partitions=1)
+    produced = produce_json(kafka_bootstrap, topic, 3000, 1)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 1500, "commit.max.bytes": 0})
+    with Sink(cfg, spark) as sink:
+        drain(sink, cfg, {(topic, 0): produced[0]}, "every record committed", 60)
+    assert {p["ended_by"] for p in _progress(cfg)} == {"interval"}
+
+
+def test_spills_fill_files_up_to_the_target_size_and_a_dead_writers_temporary_file_is_swept(
+        kafka_bootstrap, make_topic, table_path, spark):
+    import os
+    import time
+
+    from connector.table.sink import DeltaTableSink
+    from connector.table.sweep import sweep
+
+    target = 256 << 10
+    topic = make_topic(partitions=1)
+    produced = produce_json(kafka_bootstrap, topic, 30_000, 1)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 3000, "flush.size": 1000,
+                                                          "buffer.max.bytes": 65536, "file.target.bytes": target})
+    with Sink(cfg, spark) as sink:
+        drain(sink, cfg, {(topic, 0): produced[0]}, "every record committed", 90)
+    dt = open_table(cfg.table_path)
+    actions = dt.get_add_actions(flatten=True)
+    sizes = [int(v) for v in actions.column("size_bytes").to_pylist()]
+    rows_per_file = [int(v) for v in actions.column("num_records").to_pylist()]
+    commits = sum(1 for p in _progress(cfg) if p["rows"])
+    # each spill is at most 1,000 rows; a file takes spills until it reaches the target, and a txn's last file of
+    # the partition may be smaller
+    assert sum(rows_per_file) == 30_000 and max(rows_per_file) > 1000, rows_per_file
+    assert sum(1 for size in sizes if size < target) <= commits, (sizes, commits)
+    assert spark.read.format("delta").load(str(table_path)).select("_kafka_offset").distinct().count() == 30_000
+
+    # a participant killed while it wrote a file leaves its temporary file; once older than the retention and of
+    # a txn below the committed one, the sweep deletes it (and nothing else)
+    stale = table_path / f".part-{cfg.name}-e000000-t00000000-{topic}-0-w-00000-0123abcd.parquet.0123456789ab.tmp"
+    stale.write_bytes(b"PAR1 half a file")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    result = sweep(DeltaTableSink(cfg.table_path, cfg.name), retention_s=3600)
+    assert result.deleted == 1 and not stale.exists()
+    assert open_table(cfg.table_path).to_pyarrow_table(columns=["_kafka_offset"]).num_rows == 30_000
