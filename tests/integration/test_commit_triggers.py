@@ -102,3 +102,27 @@ def test_spills_fill_files_up_to_the_target_size_and_a_dead_writers_temporary_fi
     result = sweep(DeltaTableSink(cfg.table_path, cfg.name), retention_s=3600)
     assert result.deleted == 1 and not stale.exists()
     assert open_table(cfg.table_path).to_pyarrow_table(columns=["_kafka_offset"]).num_rows == 30_000
+
+
+def test_a_trickle_writes_at_most_one_file_per_partition_per_txn_and_idle_intervals_commit_nothing(
+        kafka_bootstrap, make_topic, table_path, spark):
+    import re
+    import time
+    from collections import Counter
+
+    from tests.support import PacedProducer
+
+    topic = make_topic(partitions=2)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 2000})
+    with Sink(cfg, spark) as sink:
+        producer = PacedProducer(kafka_bootstrap, topic, 20, 2, seconds=10, chunks=10)  # 1 record/s per partition
+        counts = producer.join()
+        drain(sink, cfg, {(topic, p): n for p, n in counts.items()}, "every record committed", 60)
+        version = open_table(cfg.table_path).version()
+        time.sleep(5)  # two intervals and more without records
+        assert not sink.errors
+        assert open_table(cfg.table_path).version() == version, "a commit without records"
+    paths = open_table(cfg.table_path).get_add_actions(flatten=True).column("path").to_pylist()
+    per_txn = Counter(re.search(r"-e(\d+)-t(\d+)-", str(p)).groups() for p in paths)
+    assert sum(per_txn.values()) == len(paths) and len(per_txn) >= 3, per_txn
+    assert max(per_txn.values()) <= 2, per_txn  # 2 partitions
