@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -184,6 +184,16 @@ def _parse_fields(text: str) -> tuple[str, ...]:
     return _split(text) if text else ()
 
 
+def _parse_regex(text: str) -> str | None:
+    if not text:
+        return None
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"expected a regular expression (Python's syntax), got {text!r}: {exc}") from None
+    return text
+
+
 def _parse_optional_topic(text: str) -> str | None:
     return TOPIC.parse(text) if text else None
 
@@ -208,6 +218,7 @@ NAME = _matching("name", _KAFKA_NAME, "a name of letters, digits, '.', '_' or '-
 OPTIONAL_NAME = Kind("name", lambda text: NAME.parse(text) if text else None)
 TOPIC = _matching("topic", _KAFKA_NAME, "a Kafka topic name of letters, digits, '.', '_' or '-'")
 TOPICS = Kind("list of topics", _parse_topics)
+REGEX = Kind("regex", _parse_regex)
 OPTIONAL_TOPIC = Kind("topic", _parse_optional_topic)
 FIELDS = Kind("list of columns", _parse_fields)
 IDENTIFIER = _matching("identifier", _IDENTIFIER, "an identifier (a letter or '_', then letters, digits or '_')")
@@ -300,7 +311,23 @@ class LakesinkConfig(BaseModel):
 
     name: Annotated[str, Key(NAME, "Connector name; also the Delta txnAppId and the key of control messages.")]
     kafka_bootstrap_servers: Annotated[str, Key(TEXT, "Kafka brokers to connect to, as `host:port[,host:port...]`.")]
-    kafka_topic_names: Annotated[tuple[str, ...], Key(TOPICS, "Comma-separated source topics sunk into the table.")]
+    kafka_topic_names: Annotated[
+        tuple[str, ...],
+        Key(TOPICS, "Comma-separated source topics sunk into the table; this or `kafka.topic.regex` is required."),
+    ] = ()
+    kafka_topic_regex: Annotated[
+        str | None,
+        Key(REGEX, "Instead of `kafka.topic.names`: every topic whose whole name matches this regular expression "
+                   "(Python's syntax) is sunk into the table, those created while lakesink runs too (found within "
+                   "`topic.refresh.interval.ms`, read from their first offset with the default "
+                   "`kafka.auto.offset.reset`). Internal topics (`__...`), the control topic and the dead-letter "
+                   "topic never match; a matching topic deleted while running is logged, and the others go on."),
+    ] = None
+    topic_refresh_interval_ms: Annotated[
+        int,
+        Key(POSITIVE, "With `kafka.topic.regex`: how often the workers and the coordinator look for new topics that "
+                      "match."),
+    ] = 60000
     kafka_group_id: Annotated[
         str,
         Key(
@@ -722,9 +749,31 @@ class LakesinkConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> "LakesinkConfig":
         problems = _cross_check(vars(self))
+        if not self.kafka_topic_names and self.kafka_topic_regex is None:
+            problems.append("kafka.topic.names or kafka.topic.regex: one of them is required")
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def source_topics(self, available: Iterable[str]) -> list[str]:
+        """The source topics: `kafka.topic.names` as configured, or the names among `available` (topics that
+        exist) that `kafka.topic.regex` matches whole, sorted; never an internal, the control or the dead-letter
+        topic."""
+        if self.kafka_topic_regex is None:
+            return list(self.kafka_topic_names)
+        return sorted(t for t in set(available) if self.is_source_topic(t))
+
+    def is_source_topic(self, topic: str) -> bool:
+        if self.kafka_topic_regex is None:
+            return topic in self.kafka_topic_names
+        return (not topic.startswith("__") and topic not in (self.control_topic_name,
+                                                              self.errors_deadletterqueue_topic_name)
+                and re.fullmatch(self.kafka_topic_regex, topic) is not None)
+
+    @property
+    def topics_description(self) -> tuple[str, ...]:
+        """The source topics as configured: the names, or `regex:<expression>`."""
+        return (f"regex:{self.kafka_topic_regex}",) if self.kafka_topic_regex is not None else self.kafka_topic_names
 
     @property
     def table_path(self) -> str:
@@ -929,8 +978,12 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
             "errors.deadletterqueue.topic.name: required when errors.tolerance=all, "
             "so that records which fail conversion are kept"
         )
+    names, regex = values.get("kafka_topic_names", ()), values.get("kafka_topic_regex")
+    if names and regex is not None:
+        problems.append("kafka.topic.names and kafka.topic.regex: set one of them, not both (the source topics by "
+                        "name, or a regular expression their names match)")
     for key, topic in (("control.topic.name", control), ("errors.deadletterqueue.topic.name", dlq)):
-        if topic is not None and topic in values.get("kafka_topic_names", ()):
+        if topic is not None and topic in names:
             problems.append(f"{key}: {topic!r} is also a source topic in kafka.topic.names; use a topic of its own")
     if (values.get("aws_access_key_id") is None) != (values.get("aws_secret_access_key") is None):
         problems.append("aws.access.key.id and aws.secret.access.key: set both, or neither to use the standard AWS "
@@ -1126,6 +1179,9 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
     problems.extend(
         f"{s.name}: required key is not set ({s.doc.rstrip('.')})" for s in SETTINGS if s.required and s.name not in d
     )
+    if "kafka.topic.names" not in d and "kafka.topic.regex" not in d:
+        problems.append("kafka.topic.names: required key is not set (the source topics; or set kafka.topic.regex to "
+                        "sink every topic whose name matches it)")
     defaults = {s.attr: s.default for s in SETTINGS if not s.required}
     problems.extend(_cross_check({**defaults, **values}))
     if problems:

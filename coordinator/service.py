@@ -135,6 +135,7 @@ class CoordinatorService:
         self._stop: threading.Event | None = None
         self._draining = False
         self._drained = False
+        self._regex_topics: set[str] | None = None  # the topics kafka.topic.regex matched at the last START
 
     def _default_spark(self):
         from connector.spark import get_spark
@@ -144,17 +145,37 @@ class CoordinatorService:
                          data_jobs=self.cfg.write_mode != "append")
 
     def partitions(self) -> list[TopicPartition]:
-        """The expected partitions, re-read from Kafka metadata at every START."""
+        """The expected partitions, re-read from Kafka metadata at every START. With kafka.topic.regex, a partition
+        of a matching topic joins once a worker holds it or it has a committed offset: a topic created while
+        running is waited for only when a worker's subscription has found it too."""
         md = self._admin.list_topics(timeout=30)
         out: list[TopicPartition] = []
-        for topic in self.cfg.kafka_topic_names:
+        topics = self.cfg.source_topics(md.topics)
+        if self.cfg.kafka_topic_regex is not None:
+            self._note_topics(set(topics))
+        for topic in topics:
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
                 log.warning("source topic %s is not available (%s); it takes no part in this txn", topic,
                             tmd.error if tmd else "missing")
                 continue
-            out.extend((topic, p) for p in sorted(tmd.partitions))
+            found = [(topic, p) for p in sorted(tmd.partitions)]
+            if self.cfg.kafka_topic_regex is not None:
+                committed = self.state.committed_offsets
+                found = [tp for tp in found if tp in committed or self.state.owner_of(tp) is not None]
+            out.extend(found)
         return out
+
+    def _note_topics(self, topics: set[str]) -> None:
+        """Log the topics that began or stopped matching kafka.topic.regex (created, deleted) since the last START."""
+        if self._regex_topics is not None:
+            for topic in sorted(topics - self._regex_topics):
+                log.info("topic %s matches kafka.topic.regex %r: it joins once a worker holds it", topic,
+                         self.cfg.kafka_topic_regex)
+            for topic in sorted(self._regex_topics - topics):
+                log.warning("topic %s, sunk through kafka.topic.regex, no longer exists; its committed offsets stay in "
+                            "the table and the other topics go on", topic)
+        self._regex_topics = topics
 
     def check_offsets(self, offsets: Offsets, recorded_ids: TopicIds | None = None) -> OffsetCheck:
         """Before every START: the partitions whose offset Kafka no longer holds (below the log start, above the
@@ -196,7 +217,7 @@ class CoordinatorService:
         check_connection(self._kafka)  # a refused login or certificate: one line, before Spark starts
         self._warm_up_spark()
         self._channel = ControlChannel(self._kafka, cfg.control_topic_name, cfg.name, "coordinator",
-                                       identity=identity(self.store.root.delta_uri, cfg.kafka_topic_names)).open()
+                                       identity=identity(self.store.root.delta_uri, cfg.topics_description)).open()
         self._execute(self._begin())
         return self
 
@@ -235,8 +256,8 @@ class CoordinatorService:
                      "; ".join(profile.slow_path_reasons()))
         recovered = self._recover()
         # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
-        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in self.cfg.kafka_topic_names},
-                           recovered.topic_ids)
+        sources = set(self.cfg.source_topics(self._admin.list_topics(timeout=30).topics))
+        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in sources}, recovered.topic_ids)
         try:
             epoch = self.sink.claim_epoch(recovered, recover=self._recover)
         except CommitError as exc:
@@ -264,8 +285,8 @@ class CoordinatorService:
         commits away (restore.policy: stop, or the offsets to read again from, which the claim then commits). Before
         the claim, which would hide both."""
         recovered = self.sink.recover()
-        history.check_rename(self.sink, recovered, self.cfg.kafka_topic_names, self.cfg.rename_policy,
-                             self.cfg.kafka_auto_offset_reset)
+        topics = self.cfg.source_topics(self._admin.list_topics(timeout=30).topics)
+        history.check_rename(self.sink, recovered, topics, self.cfg.rename_policy, self.cfg.kafka_auto_offset_reset)
         return history.check_restore(self.sink, recovered, self.cfg.restore_policy)
 
     def run(self, stop: threading.Event) -> None:

@@ -124,6 +124,8 @@ class Worker:
         self._latest_end: EndCommit | None = None
         self._announced: tuple | None = None  # (epoch, partitions, registry_waiting) of the last Assignment sent
         self._buffered_sent: tuple = ((-1, -1), 0, 0)  # ((epoch, txn), records, bytes) of the last BUFFERED sent
+        self._subscribed: list[str] | None = None  # the topics the consumer subscribes to
+        self._topics_due: Deadline | None = None  # kafka.topic.regex: when to look for new matching topics
         self._store = Store.for_config(cfg)
         self._table = DeltaTableSink(cfg.table_path, cfg.name, store=self._store)
         # how data files are split: the table's partition columns when Delta's log takes its files as they are,
@@ -157,7 +159,7 @@ class Worker:
         kafka = KafkaClients.of(cfg)  # the settings of every Kafka client this worker opens
         check_connection(kafka)  # a refused login or certificate: one line, not clients retrying for ever
         self._channel = ControlChannel(kafka, cfg.control_topic_name, cfg.name, f"worker {self.worker_id}",
-                                       identity=identity(self._store.root.delta_uri, cfg.kafka_topic_names),
+                                       identity=identity(self._store.root.delta_uri, cfg.topics_description),
                                        ).open(replay_last=REPLAY_LAST)
         self._consumer = Consumer(kafka.config("consumer", {
             "group.id": cfg.kafka_group_id,
@@ -173,12 +175,30 @@ class Worker:
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
         }))
-        self._consumer.subscribe(list(cfg.kafka_topic_names), on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        self._subscribe()
         if cfg.errors_tolerance == "all":
             self._dlq = DeadLetterProducer(kafka, cfg.errors_deadletterqueue_topic_name)
         self._refresh_schema()
         return self
+
+    def _subscribe(self) -> None:
+        """Subscribe to the source topics: kafka.topic.names, or the topics kafka.topic.regex matches now (looked up
+        again every topic.refresh.interval.ms; a change of the set subscribes again, and the group rebalances)."""
+        cfg = self.cfg
+        if cfg.kafka_topic_regex is None:
+            topics = list(cfg.kafka_topic_names)
+        else:
+            self._topics_due = Deadline.after(self.clock, cfg.topic_refresh_interval_ms / 1000)
+            topics = cfg.source_topics(self._consumer.list_topics(timeout=10).topics)
+            if topics == self._subscribed:
+                return
+            log.info("kafka.topic.regex %r matches %s", cfg.kafka_topic_regex, ", ".join(topics) or "no topic yet")
+        self._subscribed = topics
+        if topics:
+            self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                     on_lost=self._on_revoke)
+        else:
+            self._consumer.unsubscribe()
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -212,6 +232,11 @@ class Worker:
         for msg in self._channel.poll(control_timeout_s):
             self._on_control(msg)
         self.metrics.count_ignored("worker", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
+        if self._topics_due is not None and self._topics_due.expired():
+            try:
+                self._subscribe()
+            except KafkaException as exc:  # the broker did not answer: the same topics until the next look
+                log.warning("could not look for topics matching kafka.topic.regex: %s", exc)
         self._retry_seeks()
         self._retry_reports()
         self._consume(consume_timeout_s)

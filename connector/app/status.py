@@ -130,7 +130,7 @@ def _count(value: Any) -> int:
 def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     """Everything `status` shows, as one JSON-ready dict."""
     out: dict[str, Any] = {"connector": cfg.name, "table_path": cfg.table_path, "control_topic": cfg.control_topic_name,
-                           "source_topics": list(cfg.kafka_topic_names), "write_mode": cfg.write_mode,
+                           "source_topics": list(cfg.topics_description), "write_mode": cfg.write_mode,
                            "key_fields": list(cfg.record_key_fields), "problems": []}
     kafka = KafkaClients.of(cfg)
     try:
@@ -174,7 +174,7 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     admin = AdminClient(kafka.config("admin"))
     try:
         md = admin.list_topics(timeout=KAFKA_TIMEOUT_S)
-        for topic in cfg.kafka_topic_names:
+        for topic in cfg.source_topics(md.topics):
             tmd = md.topics.get(topic)
             if tmd is None or tmd.error is not None:
                 out["problems"].append(f"source topic {topic}: {tmd.error if tmd else 'missing'}")

@@ -501,3 +501,26 @@ def test_example_config_lists_every_key_with_its_default():
             continue
         assert not setting.required, f"{setting.name} is required: the example must set it"
         assert commented.get(setting.name) == setting.default_text, f"#{setting.name}= must show its default"
+
+
+def test_a_topic_regex_instead_of_names_matches_whole_names_and_never_lakesinks_own_topics() -> None:
+    regex = {key: value for key, value in MINIMAL.items() if key != "kafka.topic.names"}
+    cfg = config_from_dict({**regex, "kafka.topic.regex": r"orders(-\w+)?", "errors.tolerance": "all",
+                            "errors.deadletterqueue.topic.name": "orders-dlq", "control.topic.name": "orders-control"},
+                           env={})
+    available = ["orders", "orders-eu", "orders-eu.v2", "x-orders", "__orders", "orders-dlq", "orders-control"]
+    assert cfg.source_topics(available) == ["orders", "orders-eu"]
+    assert cfg.is_source_topic("orders-us") and not cfg.is_source_topic("orders-dlq")
+    assert cfg.topics_description == (r"regex:orders(-\w+)?",)
+    named = config_from_dict(MINIMAL, env={})
+    assert named.source_topics(["anything"]) == ["orders"] and named.topics_description == ("orders",)
+
+
+def test_topic_names_and_regex_take_exactly_one_and_a_bad_regex_says_why() -> None:
+    assert problems_of({"kafka.topic.regex": "orders.*"}) == [
+        "kafka.topic.names and kafka.topic.regex: set one of them, not both (the source topics by name, or a regular "
+        "expression their names match)"]
+    [missing] = problems_of({}, drop=("kafka.topic.names",))
+    assert missing.startswith("kafka.topic.names: required key is not set") and "kafka.topic.regex" in missing
+    [bad] = problems_of({"kafka.topic.regex": "orders("}, drop=("kafka.topic.names",))
+    assert bad.startswith("kafka.topic.regex: expected a regular expression") and "orders(" in bad
