@@ -30,6 +30,9 @@ from connector.table.datafiles import (
 )
 
 CODECS = ("snappy", "zstd", "gzip", "lz4", "none")
+MAX_OPEN_FILES = 8
+"""Open data files a group keeps at once (one per partition directory it writes): each holds a file handle, and
+on S3 an upload part in memory; past it the longest open is closed, smaller than the target."""
 
 
 class FileGroupWriter:
@@ -164,6 +167,8 @@ class FileGroupWriter:
                     self._close(directory)
                     opened = None
                 if opened is None:
+                    if len(self._open) >= MAX_OPEN_FILES:
+                        self._close(next(iter(self._open)))  # the longest open: a table of many partition values
                     name = f"{self._stem}-{self._seq:05d}-{uuid.uuid4().hex[:8]}.parquet"
                     self._seq += 1
                     relative = f"{directory}/{name}" if directory else name

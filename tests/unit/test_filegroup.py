@@ -304,3 +304,16 @@ def test_temporary_names_are_hidden_from_spark(tmp_path, monkeypatch):
     group.append(rows(0, 1))
     (f,) = group.flush()
     assert len(seen) == 1 and seen[0].startswith(f".{f.path}.") and seen[0].endswith(".tmp")
+
+
+def test_a_group_keeps_at_most_max_open_files_open_at_once(tmp_path, monkeypatch):
+    from participant import filegroup
+
+    monkeypatch.setattr(filegroup, "MAX_OPEN_FILES", 2)
+    group = writer(tmp_path, flush_size=3, target_bytes=1 << 30, partition_by=("day",))
+    for start, day in ((0, "a"), (3, "b"), (6, "c"), (9, "b")):
+        group.append(rows(start, 3, day=day))  # each append spills into its day's file
+    assert [f.partition_values["day"] for f in group.files] == ["a"]  # closed to open c; b stays open
+    files = group.flush()
+    assert sorted((f.partition_values["day"], f.rows) for f in files) == [("a", 3), ("b", 6), ("c", 3)]
+    assert sorted(read_ids(files, tmp_path)) == list(range(12))
