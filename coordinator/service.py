@@ -166,6 +166,13 @@ class CoordinatorService:
             out.extend(found)
         return out
 
+    def _source_topics(self) -> list[str]:
+        """The source topics now: kafka.topic.names, or the topics kafka.topic.regex matches (read from Kafka's
+        metadata only then)."""
+        if self.cfg.kafka_topic_regex is None:
+            return list(self.cfg.kafka_topic_names)
+        return self.cfg.source_topics(self._admin.list_topics(timeout=30).topics)
+
     def _note_topics(self, topics: set[str]) -> None:
         """Log the topics that began or stopped matching kafka.topic.regex (created, deleted) since the last START."""
         if self._regex_topics is not None:
@@ -256,7 +263,7 @@ class CoordinatorService:
                      "; ".join(profile.slow_path_reasons()))
         recovered = self._recover()
         # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
-        sources = set(self.cfg.source_topics(self._admin.list_topics(timeout=30).topics))
+        sources = set(self._source_topics())
         self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in sources}, recovered.topic_ids)
         try:
             epoch = self.sink.claim_epoch(recovered, recover=self._recover)
@@ -285,8 +292,8 @@ class CoordinatorService:
         commits away (restore.policy: stop, or the offsets to read again from, which the claim then commits). Before
         the claim, which would hide both."""
         recovered = self.sink.recover()
-        topics = self.cfg.source_topics(self._admin.list_topics(timeout=30).topics)
-        history.check_rename(self.sink, recovered, topics, self.cfg.rename_policy, self.cfg.kafka_auto_offset_reset)
+        history.check_rename(self.sink, recovered, self._source_topics(), self.cfg.rename_policy,
+                             self.cfg.kafka_auto_offset_reset)
         return history.check_restore(self.sink, recovered, self.cfg.restore_policy)
 
     def run(self, stop: threading.Event) -> None:

@@ -481,9 +481,7 @@ class Worker:
             # the rest is read again in the next txn (Converter._read_plain): nothing more of this partition in this one
             if result.next_offset > first:
                 state.on_records(first, result.next_offset)
-            runner.held = (state.epoch, state.txn)
-            runner.delivered_next = None  # the next START's Resume seeks back to the state's position
-            self._consumer.pause([KafkaTP(*runner.key)])
+            self._hold([runner])
             log.info("%s-%d: the record at offset %d does not fit the types inferred so far, before the table "
                      "exists; it and the records after it are read again in the next txn", *runner.key,
                      result.next_offset)
@@ -496,16 +494,21 @@ class Worker:
         """The registry did not answer for a record at `offset`: nothing of this batch is taken; the partition
         pauses until the next txn's START, which seeks it back here (offsets untouched, nothing skipped), and
         reads again then. One log line per txn while it lasts."""
-        state = runner.state
-        runner.held = (state.epoch, state.txn)
-        runner.delivered_next = None
-        self._consumer.pause([KafkaTP(*runner.key)])
+        self._hold([runner])
         self._registry_down[runner.key] = why
         self.metrics.registry_waiting.set(len(self._registry_down))
         self.metrics.registry_problem = why
         log.warning("%s-%d: waiting for the schema registry (offset %d is read again at the next txn): %s",
                     *runner.key, offset, why)
         self._announce()
+
+    def _hold(self, runners: list[PartitionRunner]) -> None:
+        """Read nothing more of these partitions in their current txn: paused, records fetched meanwhile dropped
+        (`_handle_records`), and the next START's Resume seeks each back to its state's position."""
+        for runner in runners:
+            runner.held = (runner.state.epoch, runner.state.txn)
+            runner.delivered_next = None
+        self._consumer.pause([KafkaTP(*runner.key) for runner in runners])
 
     def _handle_failures(self, runner: PartitionRunner, failures: list[RecordFailure]) -> None:
         self.stats.records_failed += len(failures)
@@ -636,11 +639,8 @@ class Worker:
                  or cfg.commit_max_bytes and size - sent_bytes >= max(1, cfg.commit_max_bytes // 64))
         if full:
             held = [r for r in current if r.held != (start.epoch, start.txn)]
-            for runner in held:
-                runner.held = (start.epoch, start.txn)
-                runner.delivered_next = None  # the next START's Resume seeks back to the state's position
             if held:
-                self._consumer.pause([KafkaTP(*r.key) for r in held])
+                self._hold(held)
                 log.info("holding %d records (%d bytes) for txn %d, a commit limit: reading again at the next "
                          "START", records, size, start.txn)
         if not grown and not (full and (records, size) != (sent_records, sent_bytes)):

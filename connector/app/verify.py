@@ -165,7 +165,8 @@ def _read_widened(snapshot, columns, schema: pa.Schema, store: Store | None) -> 
     pieces = []
     for add in actions.to_pylist():
         with store.fs.open_input_file(store.path(unquote(add["path"]))) as source:
-            data = pq.read_table(source, columns=[c for c in columns if c in pq.read_schema(source).names])
+            parquet = pq.ParquetFile(source)  # its footer, read once
+            data = parquet.read(columns=[c for c in columns if c in parquet.schema_arrow.names])
         arrays = []
         for f in target:
             if f.name in data.column_names:

@@ -133,16 +133,11 @@ class RegistryReader:
         """The writer schema of a framed record and its payload; raises Problem for a record that is no such
         record (NOT_REGISTRY_FRAMED, UNKNOWN_SCHEMA, INVALID_SCHEMA) and RegistryUnavailable when the registry
         does not answer."""
-        if value[:1] == b"\x00" and len(value) >= self._head and not (headers and self._header_id(headers)):
-            # the common framing, read here: magic byte 0, the id, and for Protobuf the one index byte 0 of the
-            # first message ([0], written as the single varint 0); anything else goes through confluent-kafka's
-            ident = int.from_bytes(value[1:5], "big")
-            if self.fmt != "protobuf":
-                writer = self._schemas.get((ident, ()))
-                return (writer or self._fetch(ident, (), False)), value[5:]
-            if value[5] == 0:
-                writer = self._schemas.get((ident, ()))
-                return (writer or self._fetch(ident, (), False)), value[6:]
+        head = self.common_head(value, headers)
+        if head is not None:  # read here; anything else goes through confluent-kafka's
+            ident = int.from_bytes(head[1:5], "big")
+            writer = self._schemas.get((ident, ()))
+            return (writer or self._fetch(ident, (), False)), value[self._head:]
         schema_id = SchemaId(_SCHEMA_TYPES[self.fmt])
         try:
             rest = dual_schema_id_deserializer(value, SerializationContext(topic, self._field, headers), schema_id)
@@ -162,9 +157,10 @@ class RegistryReader:
         return writer, rest.read()
 
     def common_head(self, value: bytes, headers: list[tuple[str, bytes]] | None) -> bytes | None:
-        """The framing bytes of `value` when `split` reads it by the common framing (no schema-id header): every
-        value that starts with the same bytes has the same writer schema and its payload after them. None
-        otherwise."""
+        """The framing bytes of `value` when it has the common framing, which `split` reads itself: magic byte 0,
+        the id, and for Protobuf the one index byte 0 of the first message ([0], written as the single varint 0),
+        with no schema-id header. Every value that starts with the same bytes has the same writer schema and its
+        payload after them. None otherwise."""
         if headers and self._header_id(headers):
             return None
         head = value[:self._head]
