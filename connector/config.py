@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import javaproperties
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from connector.errors import ConfigError
 from connector.secrets import REDACTED, Scrubber
@@ -222,6 +222,32 @@ REGEX = Kind("regex", _parse_regex)
 OPTIONAL_TOPIC = Kind("topic", _parse_optional_topic)
 FIELDS = Kind("list of columns", _parse_fields)
 IDENTIFIER = _matching("identifier", _IDENTIFIER, "an identifier (a letter or '_', then letters, digits or '_')")
+TABLE_TEMPLATE = "${topic}"
+
+
+def _parse_table_name(text: str) -> str:
+    if not _IDENTIFIER.fullmatch(text.replace(TABLE_TEMPLATE, "t")):
+        raise ValueError(f"expected an identifier (a letter or '_', then letters, digits or '_'), got {text!r} (a "
+                         f"template holds {TABLE_TEMPLATE} where each topic's name goes)")
+    return text
+
+
+def _parse_table_map(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in _split(text) if text else ():
+        topic, colon, table = item.partition(":")
+        if not colon:
+            raise ValueError(f"expected topic:table pairs, got {item!r}")
+        pairs.append((TOPIC.parse(topic.strip()), IDENTIFIER.parse(table.strip())))
+    topics = [topic for topic, _ in pairs]
+    repeated = sorted({topic for topic in topics if topics.count(topic) > 1})
+    if repeated:
+        raise ValueError(f"topic {repeated[0]!r} is mapped more than once")
+    return tuple(pairs)
+
+
+TABLE_NAME = Kind("table name", _parse_table_name)
+TABLE_MAP = Kind("list of topic:table", _parse_table_map)
 POSITIVE = _integer("int > 0", "a positive integer", 1)
 NON_NEGATIVE = _integer("int ≥ 0", "a non-negative integer", 0)
 PORT = _integer("int 0–65535", "a port number from 0 to 65535", 0, 65535)
@@ -502,8 +528,39 @@ class LakesinkConfig(BaseModel):
                        "(`s3a://` too).")
     ]
     target_table_name: Annotated[
-        str, Key(IDENTIFIER, "Delta table name; the table lives at `<target.base.path>/<target.table.name>`.")
+        str, Key(TABLE_NAME, "Delta table name; the table lives at `<target.base.path>/<target.table.name>`. A "
+                             "template with `${topic}` (`${topic}`, `raw_${topic}`) gives each source topic a table of "
+                             "its own, named by the topic with every character other than a letter, digit or `_` "
+                             "replaced by `_` (and `_` put before a leading digit): topic `shop.orders-v2` goes to "
+                             "table `shop_orders_v2`. Each table is committed on its own (see \"Many tables\" "
+                             "above).")
     ]
+    table_name_map: Annotated[
+        tuple[tuple[str, str], ...],
+        Key(TABLE_MAP, "Comma-separated `topic:table` pairs: each listed topic goes to the named table instead of "
+                       "the one `target.table.name` gives it (several topics may name one table).")
+    ] = ()
+    route_field: Annotated[
+        str | None,
+        Key(OPTIONAL_TEXT, "Route each record of `route.topics` to the table its value's field of this name "
+                           "names (a top-level field; its value as text): one of `route.tables`. A record whose "
+                           "field is missing, null, unreadable or names another table goes to "
+                           "`route.field.default`, or is a record error (`UnroutableRecord`) without it.")
+    ] = None
+    route_topics: Annotated[
+        tuple[str, ...],
+        Key(FIELDS, "With `route.field`: the topics whose records are routed by it; empty: every source topic.")
+    ] = ()
+    route_tables: Annotated[
+        tuple[str, ...],
+        Key(FIELDS, "With `route.field`: the tables its values may name (required with `route.field`).")
+    ] = ()
+    route_field_default: Annotated[
+        str | None,
+        Key(OPTIONAL_NAME, "With `route.field`: the table (one of `route.tables`) of the records whose field names no "
+                           "table of `route.tables`; empty: such a record is a record error (`UnroutableRecord`), "
+                           "dead-lettered under `errors.tolerance=all`.")
+    ] = None
     partition_field_name: Annotated[
         tuple[str, ...],
         Key(FIELDS, "Comma-separated columns the table is partitioned by; empty for an unpartitioned table."),
@@ -718,6 +775,8 @@ class LakesinkConfig(BaseModel):
 
     consumer_overrides: dict[str, str] = Field(default_factory=dict)
     producer_overrides: dict[str, str] = Field(default_factory=dict)
+    table_settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """`table.<table>.<key>` keys: table -> {attribute: parsed value}, over the connector's own for that table."""
     spark_conf: dict[str, str] = Field(default_factory=dict)
     schema_registry_settings: dict[str, str] = Field(default_factory=dict)
     value_converter_settings: dict[str, str] = Field(default_factory=dict)
@@ -776,6 +835,32 @@ class LakesinkConfig(BaseModel):
         return (f"regex:{self.kafka_topic_regex}",) if self.kafka_topic_regex is not None else self.kafka_topic_names
 
     @property
+    def many_tables(self) -> bool:
+        """Whether the topics go to several tables (a `${topic}` template, `table.name.map` or `route.field`):
+        each table is then written by a pipeline of its own, with the configuration `for_table` gives it."""
+        return TABLE_TEMPLATE in self.target_table_name or bool(self.table_name_map) or self.route_field is not None
+
+    def for_table(self, table: str, topics: tuple[str, ...] = (), regex: str | None = None) -> "LakesinkConfig":
+        """The configuration of one table's pipeline: named `<name>.<table>` (its Delta txnAppId, control messages
+        and consumer group are its own), reading `topics` (or the topics `regex` matches), with the table's
+        `table.<table>.*` keys over the connector's."""
+        own = self.table_settings.get(table, {})
+        name = f"{self.name}.{table}"
+        group = f"{self.kafka_group_id}.{table}" if "kafka.group.id" in self._set_keys else f"lakesink-{name}"
+        data = {**self.__dict__, "name": name, "kafka_group_id": group, "target_table_name": table,
+                "kafka_topic_names": topics, "kafka_topic_regex": regex, "table_name_map": (), "route_field": None,
+                "route_topics": (), "route_tables": (), "route_field_default": None, "table_settings": {}, **own}
+        try:
+            config = LakesinkConfig.model_validate(data)
+        except ValidationError as error:
+            raise ConfigError([f"table {table}: {e['msg'].removeprefix('Value error, ')}"
+                               for e in error.errors()]) from None
+        config._env_secrets = self._env_secrets
+        config._set_keys = self._set_keys | {f"{attr.replace('_', '.')}" for attr in own}
+        config._removed = self._removed
+        return config
+
+    @property
     def table_path(self) -> str:
         """Where the Delta table lives: the base path joined with the table name."""
         return f"{self.target_base_path.rstrip('/')}/{self.target_table_name}"
@@ -822,6 +907,9 @@ class LakesinkConfig(BaseModel):
     def _properties(self) -> dict[str, str]:
         """Every key and its value as .properties text, in clear."""
         shown = {setting.name: _render(getattr(self, setting.attr)) for setting in SETTINGS}
+        for table, own in sorted(self.table_settings.items()):
+            for attr, value in own.items():
+                shown[f"table.{table}.{attr.replace('_', '.')}"] = _render(value)
         for prefix, attr in PASS_THROUGH.items():
             for key, value in sorted(getattr(self, attr).items()):
                 shown[_full_key(prefix, key)] = value
@@ -937,6 +1025,8 @@ class Setting:
 def _render(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):
+        return ",".join(":".join(pair) for pair in value)
     if isinstance(value, tuple):
         return ",".join(value)
     return "" if value is None else str(value)
@@ -1017,6 +1107,63 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
     problems.extend(_connection_problems(values))
+    return problems
+
+
+TABLE_KEYS = ("partition.field.name", "write.mode", "record.key.fields", "delete.enabled", "delete.mode",
+              "value.envelope", "upsert.order.field", "delete.truncate.enabled", "upsert.missing.fields",
+              "schema.evolution", "field.name.policy", "connect.meta.data", "parquet.codec", "file.target.bytes",
+              "errors.tolerance", "offset.reset.policy", "restore.policy", "rename.policy")
+"""The keys a `table.<table>.<key>` key sets for one table of a connector that writes several."""
+
+
+def _table_setting(key: str, raw: str, env: Mapping[str, str], into: dict[str, dict[str, Any]]) -> list[str]:
+    """Parse `table.<table>.<key>` into `into[table][attribute]`; its problems."""
+    rest = key[len("table."):]
+    own = next((k for k in TABLE_KEYS if rest.endswith("." + k)), None)
+    if own is None:
+        close = difflib.get_close_matches(rest.rpartition(".")[2], [k.rpartition(".")[2] for k in TABLE_KEYS], n=1)
+        return [f"unknown key {key!r}: table.<table>.<key> takes one of {', '.join(TABLE_KEYS)}"
+                + (f" (did you mean ...{close[0]}?)" if close else "")]
+    table = rest[: -len(own) - 1]
+    if not _IDENTIFIER.fullmatch(table):
+        return [f"{key}: {table!r} is not a table name (an identifier)"]
+    text, missing, _ = _substitute(key, raw, env)
+    if missing:
+        return missing
+    setting = SETTINGS_BY_NAME[own]
+    try:
+        into.setdefault(table, {})[setting.attr] = setting.kind.parse(text)
+    except ValueError as error:
+        return [f"{key}: {error}"]
+    return []
+
+
+def _routing_problems(values: Mapping[str, Any]) -> list[str]:
+    """Problems of the keys that send topics to several tables."""
+    problems = []
+    field, tables, default = values.get("route_field"), values.get("route_tables", ()), values.get(
+        "route_field_default")
+    names = values.get("kafka_topic_names", ())
+    if field is None:
+        for key in ("route.topics", "route.tables", "route.field.default"):
+            if values.get(key.replace(".", "_")):
+                problems.append(f"{key} needs route.field (the field whose value names a record's table)")
+        return problems
+    if not tables:
+        problems.append("route.tables: required with route.field (the tables its values may name)")
+    if values.get("value_converter", "json") not in ("json", *REGISTRY_CONVERTERS):
+        problems.append(f"route.field needs value.converter=json, avro, protobuf or json_schema: it is a field of the "
+                        f"values (value.converter is {values.get('value_converter')})")
+    for table in tables:
+        if not _IDENTIFIER.fullmatch(table):
+            problems.append(f"route.tables: {table!r} is not a table name (an identifier)")
+    if default is not None and default not in tables:
+        problems.append(f"route.field.default: {default!r} is not one of route.tables ({', '.join(tables)})")
+    if names:
+        unknown = [topic for topic in values.get("route_topics", ()) if topic not in names]
+        if unknown:
+            problems.append(f"route.topics: {', '.join(unknown)} not in kafka.topic.names")
     return problems
 
 
@@ -1141,7 +1288,7 @@ def _substitute(key: str, raw: str, env: Mapping[str, str]) -> tuple[str, list[s
 def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None) -> LakesinkConfig:
     """Validate raw key/value text (as read from a .properties file); `env` defaults to os.environ."""
     env = os.environ if env is None else env
-    values: dict[str, Any] = {attr: {} for attr in PASS_THROUGH.values()}
+    values: dict[str, Any] = {attr: {} for attr in (*PASS_THROUGH.values(), "table_settings")}
     problems: list[str] = []
     env_secrets: list[str] = []
     secrets: list[str] = []  # every secret text read, kept out of the problems reported
@@ -1154,6 +1301,9 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
         prefix = next((p for p in PASS_THROUGH if key.startswith(p)), None)
         if key in JAVA_KEYSTORE_KEYS:
             problems.append(f"{key}: librdkafka reads no Java keystore; use {JAVA_KEYSTORE_KEYS[key]}")
+            continue
+        if setting is None and prefix is None and key.startswith("table."):
+            problems.extend(_table_setting(key, raw, env, values["table_settings"]))
             continue
         if setting is None and prefix is None:
             problems.append(_unknown_key(key))
@@ -1183,7 +1333,12 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
         problems.append("kafka.topic.names: required key is not set (the source topics; or set kafka.topic.regex to "
                         "sink every topic whose name matches it)")
     defaults = {s.attr: s.default for s in SETTINGS if not s.required}
-    problems.extend(_cross_check({**defaults, **values}))
+    connector_problems = _cross_check({**defaults, **values})
+    problems.extend(connector_problems)
+    problems.extend(_routing_problems({**defaults, **values}))
+    for table, own in sorted(values["table_settings"].items()):
+        problems.extend(f"table.{table}: {problem}" for problem in _cross_check({**defaults, **values, **own})
+                        if problem not in connector_problems)
     if problems:
         scrubber = Scrubber(secrets)
         raise ConfigError([scrubber.text(problem) for problem in problems])

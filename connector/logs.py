@@ -1,4 +1,5 @@
-"""Logging set up in one place: every line carries connector, role, epoch, txn and topic-partition where known.
+"""Logging set up in one place: every line carries connector, table (of a connector that writes several), role,
+epoch, txn and topic-partition where known.
 
 The roles bind what they know with `bind(...)` (for the rest of their thread) or `context(...)` (for a block);
 the values live in a ContextVar, so each role's thread has its own. `setup_logging` installs one handler on the
@@ -18,7 +19,7 @@ from typing import IO, Any
 
 from connector import secrets
 
-FIELDS = ("connector", "role", "epoch", "txn", "tp")
+FIELDS = ("connector", "table", "role", "epoch", "txn", "tp")
 REDACTED = secrets.REDACTED
 
 _context: ContextVar[dict[str, Any]] = ContextVar("lakesink_log_context", default={})

@@ -1,6 +1,7 @@
 """Metrics with Kafka Connect sink names on a private registry, and the `/metrics` + `/health` HTTP server.
 
-One `Metrics` per process: in `lakesink run` the coordinator and the worker share it, each updating its own
+One `Metrics` per process (per table, for a connector that writes several: `TableMetrics` shows them with a
+`table` label): in `lakesink run` the coordinator and the worker share it, each updating its own
 series (the worker: records, errors, dead letters, per-partition offset commits and lag; the coordinator:
 transactions, commit duration, table version, offset resets). Nothing is registered in prometheus_client's global
 registry, so several instances (tests, two roles) never collide.
@@ -16,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import UnknownMetricFamily
+from prometheus_client.core import Metric, UnknownMetricFamily
 from prometheus_client.registry import Collector
 
 from connector.errors import SetupError
@@ -233,12 +234,48 @@ Health = Callable[[], tuple[bool, dict[str, Any]]]
 """Returns (healthy, body): 200 with the body as JSON when healthy, 503 otherwise."""
 
 
+class TableMetrics:
+    """The series of every table of a connector that writes several (each table's pipeline has its own
+    `Metrics`), exposed together with a `table` label."""
+
+    def __init__(self, tables: Callable[[], Mapping[str, Metrics]]) -> None:
+        self._tables = tables
+
+    def exposition(self) -> bytes:
+        families: dict[str, Metric] = {}
+        for table, metrics in sorted(self._tables().items()):
+            for family in metrics.registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = families[family.name] = Metric(family.name, family.documentation, family.type,
+                                                            family.unit)
+                merged.samples.extend(sample._replace(labels={"table": table, **sample.labels})
+                                      for sample in family.samples)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(list(families.values())))
+        return generate_latest(registry)
+
+    def value(self, name: str, labels: Mapping[str, str]) -> float | None:
+        """A sample's current value; `labels` has the `table`."""
+        own = dict(labels)
+        metrics = self._tables().get(own.pop("table", ""))
+        return None if metrics is None else metrics.value(name, own)
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self):
+        return self._families
+
+
 class MetricsServer:
     """`/metrics` (Prometheus text) and `/health` (JSON) from a daemon thread; 127.0.0.1 unless told otherwise.
     Both bodies go through the process's secret scrubber: /health carries the error a role stopped with, which may
     quote a client library's message, and label values come from the data."""
 
-    def __init__(self, metrics: Metrics, health: Health, port: int, host: str = "127.0.0.1"):
+    def __init__(self, metrics: Metrics | TableMetrics, health: Health, port: int, host: str = "127.0.0.1"):
         self.metrics = metrics
         self.health = health
 

@@ -138,11 +138,7 @@ class CoordinatorService:
         self._regex_topics: set[str] | None = None  # the topics kafka.topic.regex matched at the last START
 
     def _default_spark(self):
-        from connector.spark import get_spark
-
-        conf = {f"spark.hadoop.{k}": v for k, v in self.store.s3.hadoop_conf().items()} if self.store.root.is_s3 else {}
-        return get_spark(f"lakesink-{self.cfg.name}", self.cfg.spark_master, {**conf, **self.cfg.spark_conf},
-                         data_jobs=self.cfg.write_mode != "append")
+        return build_spark(self.cfg, self.cfg.write_mode != "append")
 
     def partitions(self) -> list[TopicPartition]:
         """The expected partitions, re-read from Kafka metadata at every START. With kafka.topic.regex, a partition
@@ -716,6 +712,16 @@ class CoordinatorService:
                         ("__connect.errors.partition", str(record.partition).encode()),
                         ("__connect.errors.offset", str(record.offset).encode())]
         return headers
+
+
+def build_spark(cfg: LakesinkConfig, data_jobs: bool):
+    """The coordinator's Spark session (connector/spark.py), with the table store's S3 settings; `data_jobs`: it
+    runs MERGEs over rows."""
+    from connector.spark import get_spark
+
+    store = Store.for_config(cfg)
+    conf = {f"spark.hadoop.{k}": v for k, v in store.s3.hadoop_conf().items()} if store.root.is_s3 else {}
+    return get_spark(f"lakesink-{cfg.name}", cfg.spark_master, {**conf, **cfg.spark_conf}, data_jobs=data_jobs)
 
 
 _SENT_STEPS = {StartCommit: "coordinator.after-start-sent", EndCommit: "coordinator.after-end-sent",

@@ -30,6 +30,7 @@ from connector.kafka.deadletter import DeadLetterError, DeadLetterProducer
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Assignment, Buffered, EndCommit, Message, StartCommit
 from connector.metrics import Metrics
+from connector.routing import Route
 from connector.storage.checks import check_store
 from connector.storage.store import Store
 from connector.table.features import read_profile
@@ -40,6 +41,7 @@ from connector.schema.columns import KEY, META_COLUMNS
 from participant.convert import Converter, RecordFailure
 from participant.filegroup import FileGroupWriter
 from participant.membership import WorkerIdentity
+from participant.route import RecordRouter
 from participant.state import (
     IGNORE_REASONS,
     CommitConsumerOffset,
@@ -110,9 +112,12 @@ class WorkerStats:
 
 class Worker:
     def __init__(self, cfg: LakesinkConfig, worker_id: str | None = None, clock: Clock | None = None,
-                 batch_size: int = 20_000, metrics: Metrics | None = None):
-        """`worker_id`: the stable id (default: `worker.id`, else a host slot claimed in `open`)."""
+                 batch_size: int = 20_000, metrics: Metrics | None = None, route: Route | None = None):
+        """`worker_id`: the stable id (default: `worker.id`, else a host slot claimed in `open`). `route`: the
+        table's share of `route.field`'s records (connector/routing.py)."""
         self.cfg = cfg
+        self._route = route
+        self._router: RecordRouter | None = None
         self.metrics = metrics or Metrics()
         self.worker_id = worker_id or cfg.worker_id
         self._identity: WorkerIdentity | None = None
@@ -176,6 +181,9 @@ class Worker:
             "fetch.wait.max.ms": 100,
         }))
         self._subscribe()
+        if self._route is not None:
+            self._router = RecordRouter(self._route, cfg.value_converter, cfg.value_converter_schemas_enable,
+                                        cfg.value_envelope == "debezium", self._registry("value"))
         if cfg.errors_tolerance == "all":
             self._dlq = DeadLetterProducer(kafka, cfg.errors_deadletterqueue_topic_name)
         self._refresh_schema()
@@ -460,8 +468,10 @@ class Worker:
                 return
         self.stats.records_read += len(msgs)
         self.metrics.records_read.inc(len(msgs))
+        first, nxt = msgs[0].offset(), msgs[-1].offset() + 1
         try:
-            result = self._converter(runner.key).convert(msgs)
+            taken, unroutable = self._router.pick(msgs) if self._router is not None else (msgs, [])
+            result = self._converter(runner.key).convert(taken) if taken else None
         except RegistryUnavailable as down:
             self._wait_for_registry(runner, msgs[0].offset(), str(down))
             return
@@ -470,14 +480,18 @@ class Worker:
                      msgs[0].offset())
             self.metrics.registry_waiting.set(len(self._registry_down))
             self._announce()
-        if result.failures:
-            self._handle_failures(runner, result.failures)
-        if result.table is not None and result.table.num_rows:
+        partial = result is not None and result.next_offset is not None and \
+            result.next_offset < taken[-1].offset() + 1
+        if partial:  # the records from next_offset on are read again in the next txn
+            unroutable = [f for f in unroutable if f.offset < result.next_offset]
+        failures = unroutable + (result.failures if result is not None else [])
+        if failures:
+            self._handle_failures(runner, sorted(failures, key=lambda f: f.offset))
+        if result is not None and result.table is not None and result.table.num_rows:
             runner.writer.append(result.table)
             self.stats.records_staged += result.table.num_rows
             self.metrics.records_sent.inc(result.table.num_rows)
-        first, nxt = msgs[0].offset(), msgs[-1].offset() + 1
-        if result.next_offset is not None and result.next_offset < nxt:
+        if partial:
             # the rest is read again in the next txn (Converter._read_plain): nothing more of this partition in this one
             if result.next_offset > first:
                 state.on_records(first, result.next_offset)

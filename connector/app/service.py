@@ -1,6 +1,7 @@
 """Process wiring: `run` (coordinator + worker in one process), `coordinator`, `worker`; signals and exit codes.
 
-Only this module imports both `coordinator` and `participant`.
+Only connector.app (this module and tables.py, for a connector of several tables) imports both `coordinator` and
+`participant`.
 """
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ class Roles:
     the others run on until those have returned (or the drain's share of the shutdown bound is over)."""
 
     def __init__(self, metrics: Metrics | None = None, stall_s: float | None = None, connector: str = "",
-                 dead_letter_txns: int = 0) -> None:
+                 dead_letter_txns: int = 0, table: str | None = None) -> None:
+        """`table`: the table these roles write, of a connector that writes several (bound to their log lines)."""
         self.connector = connector
+        self.table = table
         self.stop = threading.Event()
         self.drain = threading.Event()
         self.drained = threading.Event()
@@ -44,7 +47,7 @@ class Roles:
         self._drainers += drains
 
         def body() -> None:
-            logs.bind(role=name)
+            logs.bind(role=name, table=self.table)
             try:
                 loop(self.stop)
             except BaseException as exc:  # noqa: BLE001 - reported by wait()
@@ -173,6 +176,8 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
     ends the txn in flight and commits it first. A stop that takes longer than shutdown.timeout.ms ends the
     process with exit code 1."""
     secrets.protect(cfg)  # whoever set up logging, nothing this process writes shows a secret
+    if cfg.many_tables:
+        return _run_tables(cfg, coordinator, worker, timeout_s)
     metrics = metrics or Metrics()
     roles = Roles(metrics, stall_s=(cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms) / 1000,
                   connector=cfg.name, dead_letter_txns=cfg.health_deadletter_transactions if coordinator else 0)
@@ -202,6 +207,36 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
             log.error("%s did not stop within shutdown.timeout.ms=%d; exiting without waiting for them "
                       "(nothing past the last Delta commit is acknowledged, a restart re-reads it)",
                       " and ".join(roles.stuck), cfg.shutdown_timeout_ms)
+            _hard_exit(1)
+    log.info("stopped cleanly")
+    return 0
+
+
+def _run_tables(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: float | None) -> int:
+    """`run_roles` for a connector that writes several tables: a pipeline per table (connector/app/tables.py)."""
+    from connector.app.tables import SharedSpark, Tables
+    from coordinator.service import build_spark
+
+    data_jobs = cfg.write_mode != "append" or any(own.get("write_mode", "append") != "append"
+                                                  for own in cfg.table_settings.values())
+    tables = Tables(cfg, coordinator, worker, SharedSpark(lambda: build_spark(cfg, data_jobs)))
+    install_signal_handlers(tables.stop, tables.drain if coordinator else None)
+    log.info("starting %s for the tables of %s with %s",
+             "+".join(n for n, on in (("coordinator", coordinator), ("worker", worker)) if on), cfg.name,
+             " ".join(f"{k}={v}" for k, v in cfg.describe().items() if v != ""))
+    for warning in cfg.warnings():
+        log.warning("%s", warning)
+    server = MetricsServer(tables.metrics, tables.health, cfg.metrics_port, cfg.metrics_host).start() \
+        if cfg.metrics_port > 0 else None
+    try:
+        tables.run(timeout_s, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
+    finally:
+        if server is not None:
+            server.stop()
+        if tables.stuck:
+            log.error("%s did not stop within shutdown.timeout.ms=%d; exiting without waiting for them "
+                      "(nothing past the last Delta commit is acknowledged, a restart re-reads it)",
+                      " and ".join(tables.stuck), cfg.shutdown_timeout_ms)
             _hard_exit(1)
     log.info("stopped cleanly")
     return 0

@@ -1,0 +1,128 @@
+"""Which table each topic (or record) goes to when one connector writes several tables (connector/routing.py,
+participant/route.py), and the per-table configuration keys."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from connector.config import config_from_dict
+from connector.errors import ConfigError
+from connector.routing import UNROUTABLE, Route, plan, table_of_topic
+from participant.route import RecordRouter
+
+BASE = {"name": "shop", "kafka.bootstrap.servers": "127.0.0.1:9092", "target.base.path": "/tmp/tables"}
+TOPICS = ["shop.orders-v2", "shop_orders_v2", "payments", "refunds", "1st", "clicks-a", "clicks-b", "misc"]
+LAYOUTS = {
+    "template, map, route": {"target.table.name": "${topic}", "table.name.map": "payments:money,refunds:money",
+                             "route.field": "kind", "route.topics": "clicks-a,clicks-b", "route.tables": "ev,audit"},
+    "prefixed template": {"target.table.name": "raw_${topic}", "table.name.map": "payments:money"},
+    "fixed table, one renamed": {"target.table.name": "main", "table.name.map": "payments:money"},
+    "template only": {"target.table.name": "${topic}"},
+    "every topic routed": {"target.table.name": "main", "route.field": "kind", "route.tables": "ev,audit"},
+}
+
+
+def test_a_template_names_tables_after_topics_with_illegal_characters_replaced():
+    assert table_of_topic("${topic}", "shop.orders-v2") == "shop_orders_v2"
+    assert table_of_topic("${topic}", "1st") == "_1st"
+    assert table_of_topic("raw_${topic}", "1st") == "raw_1st"
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_regex_connector_gives_each_table_exactly_the_topics_the_named_connector_does(layout):
+    """A table's pipeline of a regex connector finds its topics itself (topics created later too): its own regex
+    must match exactly the topics that go to it."""
+    named = plan(config_from_dict({**BASE, "kafka.topic.names": ",".join(TOPICS), **LAYOUTS[layout]}, env={}))
+    by_regex = plan(config_from_dict({**BASE, "kafka.topic.regex": ".*", **LAYOUTS[layout]}, env={}), TOPICS)
+    assert {p.table: set(p.cfg.kafka_topic_names) for p in named} == \
+        {p.table: {t for t in TOPICS if p.cfg.is_source_topic(t)} for p in by_regex}
+    fed = [t for p in named for t in p.cfg.kafka_topic_names if p.route is None]
+    assert len(fed) == len(set(fed)), "a topic that is not routed feeds one table"
+
+
+def test_each_table_gets_its_own_name_group_and_overrides():
+    cfg = config_from_dict({**BASE, "kafka.topic.names": "payments,refunds,misc,clicks-a",
+                            **LAYOUTS["template, map, route"], "route.topics": "clicks-a",
+                            "table.money.write.mode": "upsert", "table.money.record.key.fields": "id",
+                            "table.money.partition.field.name": "day"}, env={})
+    tables = {p.table: p.cfg for p in plan(cfg)}
+    assert sorted(tables) == ["audit", "ev", "misc", "money"]
+    money = tables["money"]
+    assert (money.name, money.kafka_group_id, money.kafka_topic_names) == \
+        ("shop.money", "lakesink-shop.money", ("payments", "refunds"))
+    assert (money.write_mode, money.record_key_fields, money.partition_field_name) == ("upsert", ("id",), ("day",))
+    assert tables["misc"].write_mode == "append" and tables["misc"].table_path == "/tmp/tables/misc"
+    single = config_from_dict({**BASE, "kafka.topic.names": "misc", "target.table.name": "events"}, env={})
+    assert [(p.table, p.cfg) for p in plan(single)] == [("events", single)]
+
+
+def test_an_explicit_group_id_gets_the_table_as_a_suffix():
+    cfg = config_from_dict({**BASE, "kafka.topic.names": "a,b", "target.table.name": "${topic}",
+                            "kafka.group.id": "team-sink"}, env={})
+    assert [p.cfg.kafka_group_id for p in plan(cfg)] == ["team-sink.a", "team-sink.b"]
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ({"table.money.write.mod": "upsert"}, "unknown key 'table.money.write.mod'"),
+    ({"table.money.write.mode": "sideways"}, "table.money.write.mode: expected one of"),
+    ({"table.money.delete.enabled": "true"}, "table.money: delete.enabled=true needs write.mode=upsert"),
+    ({"route.field": "kind"}, "route.tables: required with route.field"),
+    ({"route.field": "kind", "route.tables": "a", "route.field.default": "b"}, "route.field.default: 'b' is not"),
+    ({"route.tables": "a"}, "route.tables needs route.field"),
+    ({"route.field": "kind", "route.tables": "a", "route.topics": "nope"}, "route.topics: nope not in"),
+    ({"route.field": "kind", "route.tables": "a", "value.converter": "string"}, "route.field needs value.converter"),
+    ({"table.name.map": "payments"}, "table.name.map: expected topic:table pairs"),
+    ({"target.table.name": "raw-${topic}"}, "target.table.name: expected an identifier"),
+])
+def test_bad_routing_keys_are_one_clear_problem_each(extra, problem):
+    with pytest.raises(ConfigError) as error:
+        config_from_dict({**BASE, "kafka.topic.names": "payments", "target.table.name": "${topic}", **extra}, env={})
+    assert len(error.value.problems) == 1 and error.value.problems[0].startswith(problem), error.value.problems
+
+
+class _Msg:
+    def __init__(self, topic: str, offset: int, value: bytes | None):
+        self._topic, self._offset, self._value = topic, offset, value
+
+    def topic(self): return self._topic  # noqa: E704
+    def partition(self): return 0  # noqa: E704
+    def offset(self): return self._offset  # noqa: E704
+    def timestamp(self): return (1, 1000)  # noqa: E704
+    def key(self): return None  # noqa: E704
+    def value(self): return self._value  # noqa: E704
+    def headers(self): return None  # noqa: E704
+
+
+def _records(topic: str, kinds: list) -> list[_Msg]:
+    """JSON records with these `kind`s (None: without the field; ...: a tombstone)."""
+    return [_Msg(topic, i, None if k is ... else json.dumps({"id": i, **({} if k is None else {"kind": k})}).encode())
+            for i, k in enumerate(kinds)]
+
+
+def test_each_record_of_a_routed_topic_lands_in_exactly_one_table_or_one_record_error():
+    kinds = ["ev", "audit", "other", None, 7, ..., "ev"]
+    msgs = _records("clicks", kinds) + [_Msg("clicks", 7, b"{not json")]
+    taken: dict[str, list[int]] = {}
+    errors: list[int] = []
+    for table in ("ev", "audit"):
+        router = RecordRouter(Route("kind", frozenset({"clicks"}), ("ev", "audit"), None, table), "json", False, False,
+                              None)
+        kept, failures = router.pick(msgs)
+        taken[table] = [m.offset() for m in kept]
+        errors += [f.offset for f in failures]
+        assert all(f.error_class == UNROUTABLE and "route.field 'kind'" in f.error_message for f in failures)
+    assert taken == {"ev": [0, 6], "audit": [1]}
+    assert sorted(errors) == [2, 3, 4, 5, 7], "the first table answers for records naming none, once"
+    other = RecordRouter(Route("kind", frozenset({"clicks"}), ("ev", "audit"), None, "ev"), "json", False, False, None)
+    assert other.pick([_Msg("orders", 0, b"{}")])[0][0].offset() == 0, "a topic that is not routed is taken whole"
+
+
+def test_with_a_default_the_default_table_takes_the_records_naming_none():
+    route = Route("kind", None, ("ev", "audit"), "audit", "audit")
+    msgs = _records("t", ["ev", "zzz", None, ...])
+    kept, failures = RecordRouter(route, "json", False, False, None).pick(msgs)
+    assert [m.offset() for m in kept] == [1, 2, 3] and not failures
+    wrapped = [_Msg("t", 0, json.dumps({"schema": {}, "payload": {"kind": "ev"}}).encode())]
+    ev = RecordRouter(Route("kind", None, ("ev", "audit"), "audit", "ev"), "json", True, False, None)
+    assert len(ev.pick(wrapped)[0]) == 1, "a Connect JSON value routes by its payload"
