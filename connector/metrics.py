@@ -116,6 +116,10 @@ class Metrics:
         at = self._beats.get(role)
         return None if at is None else time.monotonic() - at
 
+    def forget_beats(self) -> None:
+        """The roles start again (a table's pipeline after a failure): none has gone round yet."""
+        self._beats.clear()
+
     def mark_commit(self) -> None:
         """A txn was committed (coordinator) or acknowledged (worker)."""
         self._last_commit = time.monotonic()

@@ -56,7 +56,6 @@ class TablePipeline:
         self.failures = 0
         self.error: str | None = None
         self.restart_at: float | None = None
-        self._commits_then = 0.0  # txns committed when it last failed: the failure stays shown until one more
 
     @property
     def table(self) -> str:
@@ -79,6 +78,7 @@ class TablePipeline:
             roles.add("worker", Worker(cfg, metrics=self.metrics, route=self.plan.route).run)
         if drain.is_set():
             roles.drain.set()
+        self.metrics.forget_beats()
         self.roles, self.restart_at = roles, None
         self.thread = threading.Thread(target=self._run, name=f"table-{self.table}", daemon=True)
         self.thread.start()
@@ -89,11 +89,10 @@ class TablePipeline:
             self.roles.run(None, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
         except BaseException as exc:  # noqa: BLE001 - this table stops alone; the process goes on
             self.failures += 1
-            self._commits_then = self.metrics.value("txn_committed_total") or 0.0
             self.error = " ".join(str(exc).split())[:1000] or type(exc).__name__
             backoff = min(RESTART_MAX_S, cfg.retry_backoff_ms / 1000 * 2 ** (self.failures - 1))
             self.restart_at = time.monotonic() + backoff
-            log.error("table %s stopped (failure %d in a row): %s; its pipeline starts again in %.0f s from its "
+            log.error("table %s stopped (failure %d in a row): %s; its pipeline starts again in %.1f s from its "
                       "committed offsets, and the other tables go on", self.table, self.failures, self.error, backoff)
 
     @property
@@ -103,9 +102,11 @@ class TablePipeline:
     def health(self) -> tuple[bool, dict[str, Any]]:
         if self.running and self.roles is not None:
             ok, body = self.roles.health()
-            if self.failures and (self.metrics.value("txn_committed_total") or 0.0) > self._commits_then:
-                self.failures, self.error = 0, None  # up again, and committing
-            return ok, {**body, **({"failures": self.failures, "last_error": self.error} if self.error else {})}
+            if self.error is not None and body["status"] != "starting":
+                self.failures, self.error = 0, None  # started again: every role got past its start-up
+            if self.error is not None:  # not up yet: it may fail the same way again
+                return False, {**body, "status": "restarting", "failures": self.failures, "error": self.error}
+            return ok, body
         body = {"status": "failed", "connector": self.plan.cfg.name, "failures": self.failures, "error": self.error}
         if self.restart_at is not None:
             body["restart_in_s"] = round(max(0.0, self.restart_at - time.monotonic()), 1)
