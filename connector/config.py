@@ -877,6 +877,10 @@ class LakesinkConfig(BaseModel):
         with the others (NOT_APPLYING). Logged at start-up and printed by `lakesink validate`; never an error."""
         values = vars(self)
         found = list(self._removed)
+        if not self.many_tables:
+            found += [f"table.{table}.{attr.replace('_', '.')} has no effect: this connector writes one table "
+                      f"({self.target_table_name}); set {attr.replace('_', '.')} itself"
+                      for table, own in sorted(self.table_settings.items()) for attr in own]
         for key, why in NOT_APPLYING:
             reason = why(values) if key in self._set_keys else None
             if reason:

@@ -626,9 +626,9 @@ class CoordinatorService:
         if (c.epoch, c.txn) in self._txn_started:
             txn_s = time.monotonic() - self._txn_started[(c.epoch, c.txn)]
         lags = lag(c.offsets, list_offsets(self._admin, c.offsets, timeout_s=2.0))
-        payload = {"txn": c.txn, "epoch": c.epoch, "ended_by": c.ended_by, "table_version": result.table_version,
-                   "rows": result.rows,
-                   "bytes": result.bytes, "files": result.files, "commit_duration_s": round(duration_s, 3),
+        payload = {"table": self.cfg.target_table_name, "txn": c.txn, "epoch": c.epoch, "ended_by": c.ended_by,
+                   "table_version": result.table_version, "rows": result.rows, "bytes": result.bytes,
+                   "files": result.files, "commit_duration_s": round(duration_s, 3),
                    "txn_duration_s": None if txn_s is None else round(txn_s, 3),
                    "rows_per_s": round(result.rows / txn_s, 1) if txn_s else None,
                    "records_failed": sum(st.records_failed for st in c.statuses),

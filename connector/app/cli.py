@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 import traceback
@@ -113,22 +114,25 @@ def _cmd_verify(args) -> int:
 
 def _cmd_validate(args) -> int:
     from connector.config import validate_file
-    from connector.storage.store import Store
+    from connector.storage.store import Location, S3Settings, Store
 
     problems = validate_file(args.config)
+    cfg = _load(args) if not problems else None
+    if cfg is not None:
+        problems = _unwritten_tables(cfg)
     if problems:
         _say(f"{args.config}: {len(problems)} problem(s)")
         for p in problems:
             _say(f"  - {p}")
         return 2
     _say(f"{args.config}: valid")
-    cfg = _load(args)
     for warning in cfg.warnings():
         _say(f"  warning: {warning}")
+    where = cfg.target_base_path if cfg.many_tables else cfg.table_path  # the tables of many share the base path
     try:
-        store = Store.for_config(cfg)
+        store = Store(Location.parse(where), S3Settings.from_config(cfg))
     except SetupError as exc:
-        _say(f"table {cfg.table_path}: {exc}")
+        _say(f"table {where}: {exc}")
         return 2
     if store.root.is_s3 and _validate_storage(store, cfg.name):
         return 2
@@ -136,7 +140,64 @@ def _cmd_validate(args) -> int:
         return 2
     if _validate_registry(cfg):
         return 2
+    if cfg.many_tables:
+        return _validate_tables(cfg)
     return _validate_table(cfg, store)
+
+
+def _unwritten_tables(cfg) -> list[str]:
+    """A problem per table that `table.<table>.*` keys name but a `kafka.topic.names` connector never writes: a
+    misspelt table would leave its keys without effect."""
+    from connector.routing import plan
+
+    if not cfg.table_settings or cfg.kafka_topic_regex is not None:
+        return []
+    written = [p.table for p in plan(cfg)]
+    problems = []
+    for table, own in sorted(cfg.table_settings.items()):
+        if table in written:
+            continue
+        keys = ", ".join(f"table.{table}.{attr.replace('_', '.')}" for attr in own)
+        close = difflib.get_close_matches(table, written, n=1)
+        problems.append(f"{keys}: the connector writes no table {table!r} (its tables: {', '.join(written)})"
+                        + (f"; did you mean {close[0]!r}?" if close else ""))
+    return problems
+
+
+def _validate_tables(cfg) -> int:
+    """The tables of a connector that writes several, each with its topics and checked as `_validate_table` checks
+    one. With `kafka.topic.regex` they come from the topics that exist: checked when Kafka lists them."""
+    from connector.app.plans import existing_topics
+    from connector.routing import plan
+    from connector.storage.store import Store
+
+    topics: list[str] = []
+    if cfg.kafka_topic_regex is not None:
+        _say(f"tables: from the topics matching kafka.topic.regex={cfg.kafka_topic_regex} at run time (a topic "
+             f"created later may add one)")
+        try:
+            topics = existing_topics(cfg, VALIDATE_KAFKA_TIMEOUT_S)
+        except SetupError:  # nothing to check now; `run` looks for them when it starts
+            return 0
+        plans = plan(cfg, topics)
+        _say(f"  the topics that exist now give {len(plans)} table(s)")
+    else:
+        plans = plan(cfg)
+        _say(f"tables: {len(plans)}")
+    for table_plan in plans:
+        fed = ", ".join(table_plan.cfg.source_topics(topics)) or "no topic yet"
+        routed = f" (routed by {table_plan.route.field!r})" if table_plan.route is not None else ""
+        _say(f"  {table_plan.table}: {fed}{routed}")
+    codes = []
+    for table_plan in plans:
+        try:
+            store = Store.for_config(table_plan.cfg)
+        except SetupError as exc:
+            _say(f"table {table_plan.cfg.table_path}: {exc}")
+            codes.append(2)
+            continue
+        codes.append(_validate_table(table_plan.cfg, store))
+    return max(codes, default=0)
 
 
 def _validate_registry(cfg) -> int:

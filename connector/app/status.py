@@ -4,6 +4,9 @@ Read-only throughout: the control topic's recent tail (no topic created, no grou
 `DeltaTableSink.recover` (which leaves every manifest alone), watermarks through the AdminClient. Nothing here
 needs Spark.
 
+A connector that writes several tables is shown table by table, each as the pipeline its configuration gives it
+(connector/routing.py).
+
 Committed offsets and lag count Kafka records. In a keyed table (`write.mode=upsert|dedup`) a row is a key, not a
 record, so status shows no row count of the table; the rows of the last commits are what each PROGRESS record says.
 """
@@ -12,11 +15,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from confluent_kafka.admin import AdminClient
 
 from connector import secrets
+from connector.app.plans import table_plans
 from connector.protocol.channel import read_tail
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, SetupError
@@ -34,6 +38,7 @@ from connector.protocol.messages import (
     split_version,
 )
 from connector.storage.store import Store
+from connector.routing import plan
 from connector.table.sink import DeltaTableSink
 from connector.kafka.watermarks import lag, list_offsets
 
@@ -127,17 +132,24 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def collect(cfg: LakesinkConfig) -> dict[str, Any]:
-    """Everything `status` shows, as one JSON-ready dict."""
+def _refusal(kafka: KafkaClients) -> str | None:
+    """None when the brokers answer, else why not (a refused login, or no broker)."""
+    try:
+        check_connection(kafka, KAFKA_TIMEOUT_S)
+        return None
+    except SetupError as exc:
+        return str(exc)
+
+
+def collect(cfg: LakesinkConfig, refusal: Callable[[KafkaClients], str | None] = _refusal) -> dict[str, Any]:
+    """Everything `status` shows of one table, as one JSON-ready dict. `refusal`: whether the brokers answer (the
+    tables of one connector share them, so `collect_tables` asks once)."""
     out: dict[str, Any] = {"connector": cfg.name, "table_path": cfg.table_path, "control_topic": cfg.control_topic_name,
                            "source_topics": list(cfg.topics_description), "write_mode": cfg.write_mode,
                            "key_fields": list(cfg.record_key_fields), "problems": []}
     kafka = KafkaClients.of(cfg)
-    try:
-        check_connection(kafka, KAFKA_TIMEOUT_S)
-        refused = None
-    except SetupError as exc:  # a refused login or no broker: the table's part is still shown
-        refused = str(exc)
+    refused = refusal(kafka)
+    if refused is not None:  # the table's part is still shown
         out["problems"].append(refused)
     try:
         messages = read_tail(kafka, cfg.control_topic_name, cfg.name, TAIL) if refused is None else []
@@ -192,8 +204,31 @@ def collect(cfg: LakesinkConfig) -> dict[str, Any]:
     return out
 
 
+def collect_tables(cfg: LakesinkConfig) -> dict[str, Any]:
+    """`collect` for each table of a connector that writes several: {"connector", "tables": {table: its dict}}, and
+    "problems" when the brokers did not list the topics that `kafka.topic.regex` makes tables of."""
+    refused = _refusal(KafkaClients.of(cfg))
+    out: dict[str, Any] = {"connector": cfg.name, "tables": {}}
+    problem = None
+    if refused is not None and cfg.kafka_topic_regex is not None:
+        problem, plans = refused, plan(cfg)
+    else:
+        try:
+            plans = table_plans(cfg, KAFKA_TIMEOUT_S)
+        except SetupError as exc:
+            problem, plans = str(exc), plan(cfg)
+    if problem is not None:
+        out["problems"] = [f"the tables of kafka.topic.regex come from the topics that exist, which Kafka did not "
+                           f"list; only the tables known without them are shown: {problem}"]
+    for table_plan in plans:
+        out["tables"][table_plan.table] = collect(table_plan.cfg, lambda _: refused)
+    return out
+
+
 def render(s: dict[str, Any]) -> str:
-    """The status as a few readable lines and tables."""
+    """The status as a few readable lines and tables: a block per table for a connector that writes several."""
+    if "tables" in s:
+        return _render_tables(s)
     lines = [f"connector  {s['connector']}", f"table      {s['table_path']}"]
     t = s["table"]
     if t.get("exists"):
@@ -253,6 +288,15 @@ def render(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _render_tables(s: dict[str, Any]) -> str:
+    tables = s["tables"]
+    lines = [f"connector  {s['connector']}: {len(tables)} table{'' if len(tables) == 1 else 's'}"
+             + (f" ({', '.join(tables)})" if tables else "")]
+    lines += [f"problem    {problem}" for problem in s.get("problems", ())]
+    blocks = [f"== table {table}\n{render(status)}" for table, status in tables.items()]
+    return "\n".join(lines) + "\n" + "".join(f"\n{block}" for block in blocks)
+
+
 def _text(value: Any, none: str = "-") -> str:
     return none if value is None else str(value)
 
@@ -266,7 +310,7 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 def print_status(cfg: LakesinkConfig, as_json: bool = False, out: IO[str] | None = None) -> int:
     """Print the status, without any secret value: its problems quote client libraries' errors, and a
     COMMIT_FAILED's error is whatever the coordinator that sent it (maybe an older lakesink) wrote."""
-    status = secrets.protect(cfg).data(collect(cfg))
+    status = secrets.protect(cfg).data(collect_tables(cfg) if cfg.many_tables else collect(cfg))
     out = out or sys.stdout
     out.write(json.dumps(status, indent=2) + "\n" if as_json else render(status))
     return 0

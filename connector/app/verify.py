@@ -13,6 +13,14 @@ reports per partition:
   `__connect.errors.*` headers) is `dead-lettered`, and a record Kafka delivers that is in neither place is a
   real **gap**. Without the broker, missing offsets stay `unchecked`.
 
+A table that `route.field` fills (participant/route.py) reads its routed topics whole but keeps only the records
+whose field names it: a missing offset whose record Kafka delivers and the table's `RecordRouter` leaves to another
+table is **elsewhere**, never a gap. The records it answers for as `UnroutableRecord` must be dead-lettered, as any
+record error.
+
+A connector that writes several tables is verified table by table, each with the configuration of its own pipeline
+(connector/routing.py), and passes only if every table does.
+
 Exit 0 only with no duplicates, nothing uncommitted, no gaps and nothing left unchecked (`--no-kafka` accepts
 unchecked offsets); 1 otherwise. The work is bounded: three columns are read, grouped and compared with
 pyarrow/numpy, never row by row in Python; Kafka is read only inside the missing ranges, up to a record budget.
@@ -43,11 +51,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector import secrets
+from connector.app.plans import table_plans
 from connector.config import LakesinkConfig
+from connector.formats.registry import RegistryReader, RegistryUnavailable
+from connector.routing import Route
 from connector.schema.columns import COORDINATES, KEY
 from connector.errors import LakesinkError, SetupError
 from connector.storage.store import Store
 from connector.upsert import UpsertSpec, connect_payload
+from participant.route import RecordRouter
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +335,8 @@ class PartitionReport:
     dead_lettered: int = 0
     gaps: int = 0
     unchecked: int = 0
+    elsewhere: int = 0
+    """Routed tables: missing offsets whose records the table's router leaves to another table."""
     superseded: int = 0
     """Keyed tables: offsets below the committed one that no row holds (a later change of the key replaced them)."""
     gap_samples: list[int] = field(default_factory=list)
@@ -482,14 +496,21 @@ class KafkaCheck:
             self._consumer.unassign()
         return min(position, end)
 
-    def delivered(self, topic: str, partition: int, start: int, end: int) -> tuple[pa.Array, int]:
-        """Offsets in [start, end) Kafka delivers with read_committed, and where reading stopped (end unless the
-        record budget ran out or the partition stalled)."""
-        chunks: list[pa.Array] = []
-        reached = self._read(topic, partition, start, end,
-                             lambda batch: chunks.append(pa.array([m.offset() for m in batch], I64)))
-        found = pa.concat_arrays(chunks) if chunks else _empty()
-        return found.filter(pc.and_(pc.greater_equal(found, start), pc.less(found, end))), reached
+    def delivered(self, topic: str, partition: int, start: int, end: int, router: RecordRouter | None = None
+                  ) -> tuple[pa.Array, pa.Array, int]:
+        """Offsets in [start, end) Kafka delivers with read_committed: those the table takes (all of them without
+        `router`), those `router` leaves to another table, and where reading stopped (end unless the record budget
+        ran out or the partition stalled)."""
+        taken: list[int] = []
+        elsewhere: list[int] = []
+
+        def collect(batch) -> None:
+            ours, others = split_routed([m for m in batch if start <= m.offset() < end], router)
+            taken.extend(ours)
+            elsewhere.extend(others)
+
+        reached = self._read(topic, partition, start, end, collect)
+        return pa.array(taken, I64), pa.array(elsewhere, I64), reached
 
     def dead_lettered(self, dlq_topic: str, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], pa.Array]:
         """Source offsets named by the context headers of the dead-letter topic's records, per wanted partition."""
@@ -511,6 +532,17 @@ class KafkaCheck:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def split_routed(msgs: list, router: RecordRouter | None) -> tuple[list[int], list[int]]:
+    """The offsets of `msgs` (one partition's, in offset order) that the table takes: the records `router` keeps
+    and those it answers for as record errors (all of them without a router); and the offsets of the others,
+    which another table takes."""
+    if router is None or not msgs:
+        return [m.offset() for m in msgs], []
+    kept, failures = router.pick(msgs)
+    taken = {m.offset() for m in kept} | {f.offset for f in failures}
+    return sorted(taken), [m.offset() for m in msgs if m.offset() not in taken]
 
 
 def _dlq_coordinates(headers) -> tuple[str, int, int] | None:
@@ -541,8 +573,9 @@ def _windows(starts: pa.Array, ends: pa.Array) -> list[tuple[int, int]]:
 
 
 def classify_missing(reports: list[PartitionReport], kafka: KafkaCheck, cfg: LakesinkConfig,
-                     marks: dict[tuple[str, int], tuple[int, int]]) -> list[str]:
-    """Split every report's missing offsets into expired / not-in-kafka / dead-lettered / gaps / unchecked."""
+                     marks: dict[tuple[str, int], tuple[int, int]], router: RecordRouter | None = None) -> list[str]:
+    """Split every report's missing offsets into expired / not-in-kafka / elsewhere (records `router`, a routed
+    table's, leaves to another table) / dead-lettered / gaps / unchecked."""
     notes: list[str] = []
     candidates: dict[tuple[str, int], pa.Array] = {}
     for rep in reports:
@@ -562,9 +595,11 @@ def classify_missing(reports: list[PartitionReport], kafka: KafkaCheck, cfg: Lak
                          f"{high}: was the topic deleted and re-created?")
         checked = 0
         found: list[pa.Array] = []
+        away: list[pa.Array] = []
         for a, b in _windows(s_in, e_in):
-            got, reached = kafka.delivered(rep.topic, rep.partition, a, b)
+            got, other, reached = kafka.delivered(rep.topic, rep.partition, a, b, router)
             found.append(got)
+            away.append(other)
             checked += _width(*_clip(s_in, e_in, a, reached))
             if reached < b:
                 notes.append(f"{rep.topic}-{rep.partition}: stopped reading Kafka at offset {reached} (record budget "
@@ -573,8 +608,10 @@ def classify_missing(reports: list[PartitionReport], kafka: KafkaCheck, cfg: Lak
         # a delivered offset inside the missing ranges that the table lacks is one of the missing ones
         got = pa.concat_arrays(found) if found else _empty()
         present = pc.unique(got.filter(pc.invert(pc.is_in(got, value_set=rep._present))))
-        rep.not_in_kafka += checked - len(present)
-        rep.unchecked = rep.missing - rep.expired - rep.not_in_kafka - len(present)
+        other = pa.concat_arrays(away) if away else _empty()
+        rep.elsewhere = len(pc.unique(other.filter(pc.invert(pc.is_in(other, value_set=rep._present)))))
+        rep.not_in_kafka += checked - len(present) - rep.elsewhere
+        rep.unchecked = rep.missing - rep.expired - rep.not_in_kafka - len(present) - rep.elsewhere
         if len(present):
             candidates[rep.key] = present.take(pc.sort_indices(present))
     if candidates:
@@ -609,10 +646,12 @@ class Report:
     accept_unchecked: bool = False
     keys: KeyReport | None = None
     """Set for a keyed table (write.mode=upsert|dedup)."""
+    route: Route | None = None
+    """Set for a table that `route.field` fills."""
 
     def totals(self) -> dict[str, int]:
         names = ("rows", "duplicated", "missing", "uncommitted", "gaps", "dead_lettered", "not_in_kafka", "expired",
-                 "unchecked", "superseded")
+                 "unchecked", "elsewhere", "superseded")
         out = {"partitions": len(self.partitions)}
         out.update({k: sum(getattr(p, k) for p in self.partitions) for k in names})
         if self.keys is not None:
@@ -635,8 +674,9 @@ class Report:
                     f"rows={t['rows']} duplicated={t['duplicated']} uncommitted={t['uncommitted']} "
                     f"superseded={t['superseded']} duplicated_keys={t['duplicated_keys']} null_keys={t['null_keys']} "
                     f"{result}")
+        elsewhere = f"elsewhere={t['elsewhere']} " if self.route is not None else ""
         return (f"verify: partitions={t['partitions']} rows={t['rows']} duplicated={t['duplicated']} "
-                f"missing={t['missing']} uncommitted={t['uncommitted']} gaps={t['gaps']} "
+                f"missing={t['missing']} {elsewhere}uncommitted={t['uncommitted']} gaps={t['gaps']} "
                 f"unchecked={t['unchecked']} {result}")
 
     def to_json(self) -> dict:
@@ -651,9 +691,10 @@ class Report:
     def render(self) -> str:
         if self.keys is None:
             head = ("topic", "part", "committed", "rows", "dup", "uncommitted", "missing", "not-in-kafka", "expired",
-                    "dlq", "gaps", "unchecked")
-            cells = [(p.rows, p.duplicated, p.uncommitted, p.missing, p.not_in_kafka, p.expired, p.dead_lettered,
-                      p.gaps, p.unchecked) for p in self.partitions]
+                    *(("elsewhere",) if self.route is not None else ()), "dlq", "gaps", "unchecked")
+            cells = [(p.rows, p.duplicated, p.uncommitted, p.missing, p.not_in_kafka, p.expired,
+                      *((p.elsewhere,) if self.route is not None else ()), p.dead_lettered, p.gaps, p.unchecked)
+                     for p in self.partitions]
         else:
             head = ("topic", "part", "committed", "rows", "dup", "uncommitted", "superseded")
             cells = [(p.rows, p.duplicated, p.uncommitted, p.superseded) for p in self.partitions]
@@ -665,6 +706,10 @@ class Report:
         if self.keys is not None:
             lines.append(f"keyed table (write.mode={self.keys.mode}), key {', '.join(self.keys.key)} "
                          f"({self.keys.key_source}): offsets the table lacks are superseded, not gaps")
+        if self.route is not None:
+            topics = ", ".join(sorted(self.route.topics)) if self.route.topics is not None else "every source topic"
+            lines.append(f"routed table: the records of {topics} whose {self.route.field!r} sends them to another "
+                         f"table are elsewhere, not gaps")
         lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   for r in rows]
         for p in self.partitions:
@@ -689,7 +734,12 @@ class Report:
 
 
 def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_000_000,
-           kafka_timeout_s: float = 15.0) -> Report:
+           kafka_timeout_s: float = 15.0, route: Route | None = None) -> Report:
+    """The report of one table: `cfg` is the configuration of its pipeline, `route` its share of a routed topic's
+    records (a connector that writes several tables: `verify_tables`)."""
+    if cfg.many_tables:
+        raise VerifyError(f"connector {cfg.name!r} writes several tables: verify each with its own configuration "
+                          f"(verify_tables)")
     if not cfg.connect_meta_data:
         raise VerifyError(
             f"connector {cfg.name!r} runs with connect.meta.data=false: its rows carry no _kafka_topic/_kafka_partition/"
@@ -734,7 +784,12 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
         if kafka is not None and spec.keyed:
             kafka_status += ", watermarks only (superseded offsets are not read)"
         elif kafka is not None:
-            notes += classify_missing(reports, kafka, cfg, marks)
+            router = _router(cfg, route) if route is not None else None
+            try:
+                notes += classify_missing(reports, kafka, cfg, marks, router)
+            except RegistryUnavailable as exc:
+                raise VerifyError(f"the schema registry did not answer, so the {route.field!r} field of the routed "
+                                  f"records cannot be read to tell which table each went to: {exc}") from None
             kafka_status += f", {kafka.records_read} record(s) read"
     finally:
         if kafka is not None:
@@ -744,15 +799,71 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
                      f"lakesink")
     key_report = analyse_keys(rows, keys, spec.mode) if keys is not None else None
     report = Report(cfg.table_path, cfg.name, True, state.table_version, state.txn_version, kafka_status, reports,
-                    notes, accept_unchecked=not use_kafka, keys=key_report)
+                    notes, accept_unchecked=not use_kafka, keys=key_report, route=route)
     if nulls:
         report.partitions.append(PartitionReport("<null>", -1, None, rows=nulls, uncommitted=nulls))
     return report
 
 
+def _router(cfg: LakesinkConfig, route: Route) -> RecordRouter:
+    """The router of the table's worker (participant/worker.py): the same reading of the route field."""
+    settings = cfg.registry_settings("value")
+    registry = RegistryReader(cfg.value_converter, settings) if settings is not None else None
+    return RecordRouter(route, cfg.value_converter, cfg.value_converter_schemas_enable,
+                        cfg.value_envelope == "debezium", registry)
+
+
+@dataclass
+class TablesReport:
+    """The reports of a connector that writes several tables, and why a table could not be verified."""
+
+    reports: dict[str, Report]
+    errors: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and all(r.ok for r in self.reports.values())
+
+    def tables(self) -> list[str]:
+        return sorted({*self.reports, *self.errors})
+
+    def to_json(self) -> dict:
+        return {"tables": {t: self.reports[t].to_json() if t in self.reports else {"ok": False, "error": self.errors[t]}
+                           for t in self.tables()}, "ok": self.ok}
+
+    def render(self) -> str:
+        """Each table's report, then one line for them all."""
+        blocks = [self.reports[t].render() if t in self.reports else
+                  f"table {t}: cannot be verified: {self.errors[t]}\nverify: result=FAILED" for t in self.tables()]
+        passed = sum(r.ok for r in self.reports.values())
+        return "\n\n".join([*blocks, f"verify: tables={len(self.tables())} ok={passed} "
+                                      f"result={'ok' if self.ok else 'FAILED'}"])
+
+
+def verify_tables(cfg: LakesinkConfig, use_kafka: bool = True, kafka_timeout_s: float = 15.0) -> TablesReport:
+    """Verify each table of a connector that writes several with its pipeline's configuration (connector/routing.py).
+    With `kafka.topic.regex` the tables come from the topics that exist, so the brokers must list them."""
+    if cfg.kafka_topic_regex is not None and not use_kafka:
+        raise VerifyError("the tables of kafka.topic.regex come from the topics that exist: verify needs Kafka to "
+                          "list them (drop --no-kafka)")
+    try:
+        plans = table_plans(cfg, kafka_timeout_s)
+    except SetupError as exc:
+        raise VerifyError(f"the tables of kafka.topic.regex come from the topics that exist, which Kafka did not "
+                          f"list: {exc}") from None
+    out = TablesReport({}, {})
+    for table_plan in plans:
+        try:
+            out.reports[table_plan.table] = verify(table_plan.cfg, use_kafka, kafka_timeout_s=kafka_timeout_s,
+                                                   route=table_plan.route)
+        except LakesinkError as exc:  # the other tables are still verified
+            out.errors[table_plan.table] = str(exc)
+    return out
+
+
 def main(cfg: LakesinkConfig, as_json: bool = False, use_kafka: bool = True) -> int:
     """Print the report, without any secret value (it quotes the broker's errors)."""
-    report = verify(cfg, use_kafka=use_kafka)
+    report = verify_tables(cfg, use_kafka=use_kafka) if cfg.many_tables else verify(cfg, use_kafka=use_kafka)
     scrubber = secrets.protect(cfg)
     if as_json:
         # key values may be dates or decimals

@@ -98,11 +98,11 @@ def test_six_topics_into_five_tables_exactly_once_each_through_two_kills(kafka_b
                                 int(dict(m.headers())["__connect.errors.offset"])) for m in dead)
     assert max(routed.values()) == 1 and not set(routed) & set(dead_coordinates)
     assert len(routed) + len(dead_coordinates) == 2 * total, (len(routed), len(dead_coordinates))
-    return  # verify per table: next
     out = subprocess.run([sys.executable, "-m", "connector", "verify", "--config", str(config)], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("result=ok") == len(tables), out.stdout
+    assert out.stdout.count("result=ok") == len(tables) + 1, out.stdout
+    assert out.stdout.splitlines()[-1] == f"verify: tables={len(tables)} ok={len(tables)} result=ok", out.stdout
 
 
 def _rows(spark, path: str) -> int:

@@ -162,3 +162,61 @@ def test_validate_warns_about_keys_that_have_no_effect_and_removed_ones(tmp_path
                for w in warnings), warnings
     for key in ("record.key.fields", "upsert.order.field", "delete.mode"):
         assert any(w.startswith(f"  warning: {key} has no effect: ") for w in warnings), (key, warnings)
+
+
+def _many(tmp_path, extra: str) -> str:
+    config = tmp_path / "many.properties"
+    config.write_text(f"name=c\nkafka.bootstrap.servers=127.0.0.1:9\nkafka.topic.names=shop.a,shop.b,c,d\n"
+                      f"target.base.path={tmp_path / 'tables'}\ntarget.table.name=${{topic}}\n"
+                      f"table.name.map=c:orders,d:orders\n{extra}")
+    return str(config)
+
+
+def test_validate_lists_and_checks_each_table_of_a_connector_that_writes_several(tmp_path, capsys):
+    assert main(["validate", "--config", _many(tmp_path, "table.orders.write.mode=upsert\n"
+                                                         "table.orders.record.key.fields=id\n")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:5] == ["tables: 3", "  orders: c, d", "  shop_a: shop.a", "  shop_b: shop.b"], lines
+    assert lines[5:] == [f"table {tmp_path / 'tables' / t}: does not exist yet; the first commit creates it"
+                         for t in ("orders", "shop_a", "shop_b")]
+
+
+def test_validate_names_a_table_key_whose_table_the_connector_never_writes(tmp_path, capsys):
+    assert main(["validate", "--config", _many(tmp_path, "table.ordres.write.mode=upsert\n")]) == 2
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:] == ["  - table.ordres.write.mode: the connector writes no table 'ordres' (its tables: "
+                                    "orders, shop_a, shop_b); did you mean 'orders'?"], out
+
+
+def test_validate_of_one_table_refuses_another_tables_keys_and_warns_about_its_own(tmp_path, capsys):
+    config = _table_with(tmp_path, PLAIN, USERS_TABLE, extra="connect.meta.data=false\ntable.evnts.write.mode=upsert\n")
+    assert main(["validate", "--config", str(config)]) == 2
+    assert "the connector writes no table 'evnts' (its tables: events); did you mean 'events'?" in \
+        capsys.readouterr().out
+    config.write_text(config.read_text().replace("table.evnts.", "table.events."))
+    assert main(["validate", "--config", str(config)]) == 0
+    assert "  warning: table.events.write.mode has no effect: this connector writes one table (events); set " \
+           "write.mode itself" in capsys.readouterr().out
+
+
+def test_validate_of_a_regex_connector_says_its_tables_come_from_the_topics(tmp_path, capsys, monkeypatch):
+    from connector.app import cli
+    from connector.errors import SetupError
+
+    config = tmp_path / "regex.properties"
+    config.write_text(f"name=c\nkafka.bootstrap.servers=127.0.0.1:9\nkafka.topic.regex=shop\\\\..*\n"
+                      f"target.base.path={tmp_path / 'tables'}\ntarget.table.name=${{topic}}\n")
+
+    def unreachable(cfg, timeout_s):
+        raise SetupError("no Kafka broker answered")
+
+    monkeypatch.setattr("connector.app.plans.existing_topics", unreachable)
+    assert main(["validate", "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == ["tables: from the topics matching kafka.topic.regex=shop\\..* at run time (a topic "
+                         "created later may add one)"], lines
+    monkeypatch.setattr("connector.app.plans.existing_topics", lambda cfg, timeout_s: ["shop.a", "other", "shop.b"])
+    assert cli.main(["validate", "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2:5] == ["  the topics that exist now give 2 table(s)", "  shop_a: shop.a", "  shop_b: shop.b"], lines
+    assert lines[5].endswith("shop_a: does not exist yet; the first commit creates it")

@@ -225,3 +225,46 @@ def test_a_keyed_connector_shows_its_key_and_offsets_not_rows_as_records():
     assert [line.split() for line in text.splitlines() if line.lstrip().startswith("4 ")][0][:3] == ["4", "2", "3"]
     assert "upsert on id, tenant:" in render({**status, "key_fields": ["id", "tenant"], "write_mode": "upsert"})
     assert not any(line.startswith("write ") for line in render({**status, "write_mode": "append"}).splitlines())
+
+
+def _table_status(connector: str, path: str, lag: int) -> dict:
+    return {"connector": connector, "table_path": path, "control_topic": "ctl", "table": {"exists": False},
+            "control": control_view([], now=T0), "problems": [],
+            "partitions": [{"topic": "t", "partition": 0, "committed": None, "high_watermark": lag, "lag": lag}],
+            "total_lag": lag}
+
+
+def test_a_connector_of_several_tables_shows_a_block_per_table_under_one_line_naming_them():
+    status = {"connector": "c", "tables": {"clicks": _table_status("c.clicks", "/tables/clicks", 3),
+                                           "views": _table_status("c.views", "/tables/views", 4)}}
+    text = render(status)
+    lines = text.splitlines()
+    assert lines[0] == "connector  c: 2 tables (clicks, views)"
+    assert lines[2:4] == ["== table clicks", "connector  c.clicks"]
+    clicks = text[text.index("== table clicks"):text.index("== table views")]
+    assert clicks == "== table clicks\n" + render(status["tables"]["clicks"]) + "\n"
+    assert text.endswith("== table views\n" + render(status["tables"]["views"]))
+    problem = "the tables of kafka.topic.regex come from the topics that exist, which Kafka did not list"
+    assert render({"connector": "c", "tables": {}, "problems": [problem]}).splitlines() == \
+        ["connector  c: 0 tables", f"problem    {problem}"]
+
+
+def test_status_of_several_tables_collects_each_with_its_pipelines_configuration(tmp_path, monkeypatch, capsys):
+    import json
+
+    from connector.app import status
+    from connector.config import config_from_dict
+
+    monkeypatch.setattr(status, "KAFKA_TIMEOUT_S", 0.5)  # no broker: asked once for every table
+    cfg = config_from_dict({"name": "c", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": "a,b",
+                            "target.base.path": str(tmp_path), "target.table.name": "${topic}",
+                            "table.b.write.mode": "upsert", "table.b.record.key.fields": "id"})
+    assert status.print_status(cfg, as_json=True) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sorted(out) == ["connector", "tables"] and out["connector"] == "c" and sorted(out["tables"]) == ["a", "b"]
+    a, b = out["tables"]["a"], out["tables"]["b"]
+    assert (a["connector"], a["table_path"], a["source_topics"]) == ("c.a", f"{tmp_path}/a", ["a"])
+    assert (b["write_mode"], b["key_fields"]) == ("upsert", ["id"])
+    assert any("no Kafka broker" in p for p in a["problems"])
+    status.print_status(cfg)
+    assert capsys.readouterr().out.startswith("connector  c: 2 tables (a, b)\n\n== table a\nconnector  c.a\n")

@@ -12,7 +12,17 @@ import pytest
 from connector.app import verify
 from connector.config import config_from_dict
 from connector.protocol.messages import txn_version
-from connector.app.verify import KafkaCheck, PartitionReport, analyse, analyse_partition, classify_missing
+from connector.app.verify import (
+    KafkaCheck,
+    PartitionReport,
+    analyse,
+    analyse_partition,
+    classify_missing,
+    split_routed,
+)
+from connector.routing import Route
+from participant.route import RecordRouter
+from tests.unit.test_metrics import FakeRecord
 
 T = "events"
 
@@ -109,20 +119,33 @@ def test_large_partition_is_analysed_without_python_loops() -> None:
 # --- classify_missing with a fake broker ------------------------------------------------------------------
 
 class FakeKafka(KafkaCheck):
-    """Partitions as {key: (log start, end, delivered offsets)}, a dead-letter topic as {key: offsets}."""
+    """Partitions as {key: (log start, end, delivered offsets)}, a dead-letter topic as {key: offsets}, the values a
+    router reads as {(topic, partition, offset): bytes} (`{}` when not given)."""
 
-    def __init__(self, logs: dict, dlq: dict | None = None, stop_at: int | None = None):
-        self.logs, self.dlq, self.stop_at = logs, dlq or {}, stop_at
+    def __init__(self, logs: dict, dlq: dict | None = None, stop_at: int | None = None, values: dict | None = None):
+        self.logs, self.dlq, self.stop_at, self.values = logs, dlq or {}, stop_at, values or {}
         self.records_read = 0
         self.reads: list[tuple[int, int]] = []
 
-    def delivered(self, topic, partition, start, end):
+    def reachable(self):
+        return None
+
+    def watermarks(self, topic, partition):
+        log = self.logs.get((topic, partition))
+        return None if log is None else (log[0], log[1])
+
+    def close(self):
+        pass
+
+    def delivered(self, topic, partition, start, end, router=None):
         self.reads.append((start, end))
         _, _, present = self.logs[(topic, partition)]
         reached = end if self.stop_at is None else min(end, self.stop_at)
-        got = [o for o in present if start <= o < reached]
+        got = [FakeRecord(topic, partition, o, None, self.values.get((topic, partition, o), b"{}"))
+               for o in present if start <= o < reached]
         self.records_read += len(got)
-        return pa.array(got, pa.int64()), reached
+        taken, elsewhere = split_routed(got, router)
+        return pa.array(taken, pa.int64()), pa.array(elsewhere, pa.int64()), reached
 
     def dead_lettered(self, dlq_topic, wanted):
         return {k: pa.array(self.dlq.get(k, []), pa.int64()) for k in wanted}
@@ -135,9 +158,9 @@ def cfg(**extra):
     return config_from_dict(settings)
 
 
-def classify(rep: PartitionReport, kafka: FakeKafka, config=None) -> list[str]:
+def classify(rep: PartitionReport, kafka: FakeKafka, config=None, router=None) -> list[str]:
     marks = {k: (v[0], v[1]) for k, v in kafka.logs.items()}
-    return classify_missing([rep], kafka, config or cfg(), marks)
+    return classify_missing([rep], kafka, config or cfg(), marks, router)
 
 
 def test_missing_offsets_are_classified() -> None:
@@ -187,6 +210,81 @@ def test_close_ranges_are_read_in_one_window() -> None:
     classify(rep, kafka)
     assert kafka.reads == [(1, 50_000)]
     assert rep.not_in_kafka == rep.missing and rep.gaps == 0 and rep.unchecked == 0
+
+
+# --- routed tables: records another table takes are elsewhere ----------------------------------------------
+
+KINDS = ["clicks", "views", "clicks", "other", "views", "clicks", "views"]
+"""The `kind` of offsets 0..6 of topic `events`: 3 names no table; the clicks table holds 0 and 2 and lacks 5."""
+DLQ = {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq"}
+
+
+def router(table: str, topics: frozenset[str] | None = None, default: str | None = None) -> RecordRouter:
+    return RecordRouter(Route("kind", topics, ("clicks", "views"), default, table), "json", False, False, None)
+
+
+def routed_kafka(**extra) -> FakeKafka:
+    values = {(T, 0, o): json.dumps({"id": o, "kind": kind}).encode() for o, kind in enumerate(KINDS)}
+    return FakeKafka({(T, 0): (0, len(KINDS), list(range(len(KINDS))))}, values=values, **extra)
+
+
+def test_records_another_table_takes_are_elsewhere_not_gaps() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 2), committed=7, low=0)
+    classify(rep, routed_kafka(dlq={(T, 0): [3]}), cfg(**DLQ), router("clicks"))
+    assert rep.missing == 5  # 1 3 4 5 6
+    assert rep.elsewhere == 3  # 1 4 6: views
+    assert rep.dead_lettered == 1  # 3 names no table: clicks, the first of route.tables, answers for it
+    assert (rep.gaps, rep.gap_samples) == (1, [5])
+    assert (rep.not_in_kafka, rep.expired, rep.unchecked) == (0, 0, 0)
+
+
+def test_a_record_naming_no_table_is_the_answering_tables_alone() -> None:
+    # views holds 1 4 6; 3 is clicks' to dead-letter, so for views it is elsewhere, as the clicks are
+    rep = analyse_partition(T, 0, offsets(1, 4, 6), committed=7, low=0)
+    classify(rep, routed_kafka(), cfg(), router("views"))
+    assert (rep.missing, rep.elsewhere, rep.gaps, rep.unchecked) == (4, 4, 0, 0)
+    # an unroutable record not in the dead-letter topic is the answering table's gap
+    rep = analyse_partition(T, 0, offsets(0, 2, 5), committed=7, low=0)
+    classify(rep, routed_kafka(), cfg(**DLQ), router("clicks"))
+    assert (rep.elsewhere, rep.gaps, rep.gap_samples) == (3, 1, [3])
+    # with route.field.default=views, views takes it
+    rep = analyse_partition(T, 0, offsets(1, 3, 4, 6), committed=7, low=0)
+    classify(rep, routed_kafka(), cfg(), router("views", default="views"))
+    assert (rep.missing, rep.elsewhere, rep.gaps) == (3, 3, 0)
+
+
+def test_elsewhere_leaves_nothing_unchecked_and_a_stop_leaves_only_the_unread() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 2), committed=7, low=0)
+    classify(rep, routed_kafka(stop_at=5, dlq={(T, 0): [3]}), cfg(**DLQ), router("clicks"))
+    assert (rep.elsewhere, rep.dead_lettered, rep.gaps) == (2, 1, 0)  # 1 4 elsewhere, 3 dead-lettered
+    assert rep.unchecked == 2  # 5 6 were not read
+    assert rep.expired + rep.not_in_kafka + rep.elsewhere + rep.dead_lettered + rep.gaps + rep.unchecked == \
+        rep.missing
+
+
+def test_a_topic_the_route_does_not_route_is_the_tables_whole() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 2), committed=7, low=0)
+    classify(rep, routed_kafka(), cfg(), router("clicks", topics=frozenset({"other-topic"})))
+    assert (rep.elsewhere, rep.gaps) == (0, 5)
+    assert split_routed([], router("clicks")) == ([], [])
+
+
+def test_a_routed_report_shows_elsewhere_in_its_table_summary_and_json() -> None:
+    rep = analyse_partition(T, 0, offsets(0, 2), committed=7, low=0)
+    classify(rep, routed_kafka(dlq={(T, 0): [3, 5]}), cfg(**DLQ), router("clicks"))
+    route = Route("kind", None, ("clicks", "views"), None, "clicks")
+    report = verify.Report("/t/clicks", "sink.clicks", True, 3, 9, "reachable", [rep], [], route=route)
+    assert report.ok and report.totals()["elsewhere"] == 3
+    text = report.render()
+    assert "routed table: the records of every source topic whose 'kind' sends them to another table are " \
+           "elsewhere, not gaps" in text
+    head, row = [line.split() for line in text.splitlines()[2:4]]
+    assert dict(zip(head, row))["elsewhere"] == "3"
+    assert text.splitlines()[-1] == ("verify: partitions=1 rows=2 duplicated=0 missing=5 elsewhere=3 uncommitted=0 "
+                                     "gaps=0 unchecked=0 result=ok")
+    assert report.to_json()["partitions"][0]["elsewhere"] == 3
+    unrouted = verify.Report("/t/e", "sink", True, 3, 9, "reachable", [analyse_partition(T, 0, range(3), 3)], [])
+    assert "elsewhere" not in unrouted.render()  # a table no route fills shows what it always showed
 
 
 # --- the whole command on real Delta tables (delta-rs) ------------------------------------------------------
@@ -504,3 +602,69 @@ def test_keyed_table_without_any_way_to_find_its_key_is_refused_clearly(tmp_path
     write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1})  # no _kafka_key column
     assert run_cli("--config", str(config_file(tmp_path, **KEYED)), "--no-kafka") == 1
     assert "set record.key.fields to the table's key columns" in capsys.readouterr().err
+
+
+# --- a connector that writes several tables: each verified with its own pipeline's configuration ---------------
+
+def test_cli_verifies_each_table_and_passes_only_if_every_one_does(tmp_path, capsys) -> None:
+    import deltalake
+
+    write_table(tmp_path / "a", [("a", 0, o) for o in range(3)], app_id="sink.a", committed={("a", 0): 3})
+    write_table(tmp_path / "b", [("b", 0, o) for o in range(2)], app_id="sink.b", committed={("b", 0): 2})
+    config = config_file(tmp_path, **{"kafka.topic.names": "a,b", "target.table.name": "${topic}"})
+    assert run_cli("--config", str(config), "--no-kafka") == 0
+    out = capsys.readouterr().out
+    assert "(connector sink.a)" in out and "(connector sink.b)" in out
+    # one summary line per table, then the connector's: the chaos test counts len(tables) + 1
+    assert out.count("result=ok") == 3 and out.splitlines()[-1] == "verify: tables=2 ok=2 result=ok"
+    deltalake.write_deltalake(str(tmp_path / "b"), pa.table({
+        "id": pa.array([9], pa.int64()), "_kafka_topic": pa.array(["b"]), "_kafka_partition": pa.array([0], pa.int32()),
+        "_kafka_offset": pa.array([1], pa.int64())}), mode="append")
+    assert run_cli("--config", str(config), "--no-kafka") == 1
+    out = capsys.readouterr().out
+    assert out.count("result=ok") == 1 and out.splitlines()[-1] == "verify: tables=2 ok=1 result=FAILED"
+    assert run_cli("--config", str(config), "--no-kafka", "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and sorted(report["tables"]) == ["a", "b"]
+    assert report["tables"]["a"]["ok"] is True and report["tables"]["b"]["totals"]["duplicated"] == 1
+
+
+def test_a_table_that_cannot_be_verified_fails_alone(tmp_path, capsys) -> None:
+    write_table(tmp_path / "a", [("a", 0, 0)], app_id="sink.a", committed=None)  # its manifest is missing
+    write_table(tmp_path / "b", [("b", 0, 0)], app_id="sink.b", committed={("b", 0): 1})
+    config = config_file(tmp_path, **{"kafka.topic.names": "a,b", "table.name.map": "a:a,b:b"})
+    assert run_cli("--config", str(config), "--no-kafka") == 1
+    out = capsys.readouterr().out
+    assert "table a: cannot be verified: " in out and "manifest of that version is missing" in out
+    assert out.splitlines()[-1] == "verify: tables=2 ok=1 result=FAILED"
+
+
+def test_routed_tables_are_verified_with_their_routers(tmp_path, monkeypatch, capsys) -> None:
+    # events-0: clicks holds 0 2 5, views 1 4 6; 3 names no table and was dead-lettered by clicks' worker
+    write_table(tmp_path / "clicks", [(T, 0, o) for o in (0, 2, 5)], app_id="sink.clicks", committed={(T, 0): 7})
+    write_table(tmp_path / "views", [(T, 0, o) for o in (1, 4, 6)], app_id="sink.views", committed={(T, 0): 7})
+    monkeypatch.setattr(verify, "KafkaCheck", lambda *args: routed_kafka(dlq={(T, 0): [3]}))
+    config = config_file(tmp_path, **{"route.field": "kind", "route.tables": "clicks,views", **DLQ})
+    assert run_cli("--config", str(config), "--json") == 0
+    tables = json.loads(capsys.readouterr().out)["tables"]
+    assert {t: (r["totals"]["elsewhere"], r["totals"]["dead_lettered"], r["totals"]["unchecked"])
+            for t, r in tables.items()} == {"clicks": (3, 1, 0), "views": (4, 0, 0)}
+    assert run_cli("--config", str(config)) == 0
+    assert "elsewhere=4 uncommitted=0 gaps=0 unchecked=0 result=ok" in capsys.readouterr().out
+    # the record naming no table, never dead-lettered, is a gap of clicks alone
+    monkeypatch.setattr(verify, "KafkaCheck", lambda *args: routed_kafka())
+    assert run_cli("--config", str(config)) == 1
+    out = capsys.readouterr().out
+    assert "events-0: records in Kafka but neither in the table nor dead-lettered, e.g. [3]" in out
+    assert out.splitlines()[-1] == "verify: tables=2 ok=1 result=FAILED"
+
+
+def test_a_regex_connectors_tables_need_kafka_to_list_its_topics(tmp_path) -> None:
+    config = config_from_dict({"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.regex": "e.*",
+                               "target.base.path": str(tmp_path), "target.table.name": "${topic}"})
+    with pytest.raises(verify.VerifyError, match="needs Kafka to list them"):
+        verify.verify_tables(config, use_kafka=False)
+    with pytest.raises(verify.VerifyError, match="which Kafka did not list"):
+        verify.verify_tables(config, kafka_timeout_s=0.5)
+    with pytest.raises(verify.VerifyError, match="writes several tables"):
+        verify.verify(config)
