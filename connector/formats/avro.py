@@ -148,14 +148,23 @@ def compile_avro(schema: Any, client: Any, message_indexes: tuple[int, ...] = ()
     if isinstance(parsed, dict) and parsed.get("type") == "bytes" or parsed == "bytes":
         # confluent-kafka's serializers write a top-level `bytes` value as the payload itself
         return WriterSchema(0, _plain(ConnectSchema("bytes"), pa.binary()), bytes)
-    return WriterSchema(0, _Compiler(types).decoder(parsed, False), _reader(parsed))
+    return WriterSchema(0, _Compiler(types).decoder(parsed, False), PayloadReader(parsed))
 
 
-def _reader(parsed: Any) -> Callable[[bytes], Any]:
-    def read(payload: bytes) -> Any:
+class PayloadReader:
+    """The `read` of an Avro WriterSchema; `schema` is the parsed writer schema it reads with, which a batch reader
+    (connector/formats/avro_batch.py) needs too."""
+
+    __slots__ = ("schema",)
+
+    def __init__(self, schema: Any):
+        self.schema = schema
+
+    def __call__(self, payload: bytes) -> Any:
         stream = io.BytesIO(payload)
         try:
-            value = schemaless_reader(stream, parsed, None, return_named_type=True, return_named_type_override=True)
+            value = schemaless_reader(stream, self.schema, None, return_named_type=True,
+                                      return_named_type_override=True)
         except _READ_ERRORS as error:
             raise Problem(MALFORMED_PAYLOAD, f"the payload cannot be read with its Avro writer schema: "
                                              f"{type(error).__name__}: {error}") from None
@@ -164,7 +173,12 @@ def _reader(parsed: Any) -> Callable[[bytes], Any]:
                                              "Avro writer schema reads: written with another schema?")
         return value
 
-    return read
+
+def is_connect_typed(node: dict[str, Any]) -> bool:
+    """Whether a node is decoded as the Kafka Connect type its `connect.name` / `connect.type` says
+    (`_Compiler.connect_typed`) rather than as its Avro type."""
+    return node.get("logicalType") is None and (node.get("connect.name") in SEMANTIC_NAMES or
+                                                node.get("connect.type") in ("int8", "int16"))
 
 
 def _same(value: Any, path: str) -> Any:
@@ -225,10 +239,9 @@ class _Compiler:
         kind = node["type"]
         if isinstance(kind, (list, dict)) or kind not in _PRIMITIVES and kind in self.types:
             return self.decoder(kind, optional)  # {"type": {...}} or {"type": "a.Named"}
-        logical = node.get("logicalType")
-        if logical is None and (node.get("connect.name") in SEMANTIC_NAMES or
-                                node.get("connect.type") in ("int8", "int16")):
+        if is_connect_typed(node):
             return self.connect_typed(node, kind, optional)
+        logical = node.get("logicalType")
         if logical == "decimal" and kind in ("bytes", "fixed"):
             return self.decimal(node, optional)
         if (kind, logical) in _LOGICAL:

@@ -225,6 +225,10 @@ class RegistryReader:
             from connector.formats.protobuf import read_table
 
             read_many = functools.partial(read_table, compiled)
+        elif self.fmt == "avro":
+            from connector.formats.avro_batch import batch_reader
+
+            read_many = batch_reader(compiled)
         writer = WriterSchema(ident if isinstance(ident, int) else 0, compiled.decoder, compiled.read, read_many)
         self._schemas[(ident, indexes)] = writer
         log.info("read %s schema id %s for %s records (%s)", self.fmt, ident, self._part, _field_names(writer))

@@ -1,0 +1,398 @@
+"""The Avro batch reader (connector/formats/avro_batch.py): the table it builds is the per-record path's, value for
+value and type for type, over every type it takes; a batch it cannot prove read record by record (a byte too many or
+too few, a varint longer than needed, another schema's bytes, invalid UTF-8, a value the per-record path refuses,
+bytes that make polars panic) is None, never a wrong table; the schemas it leaves to the per-record path; and the
+Converter's rows and record errors are the same with it and without."""
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import struct
+import uuid
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import parse_schema, schemaless_writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector.formats import avro_batch
+from connector.formats.avro import compile_avro
+from connector.formats.avro_batch import batch_reader
+from connector.formats.problems import Problem
+from connector.formats.registry import RegistryReader
+from participant.convert import Converter
+
+UTC = dt.timezone.utc
+
+
+def record(*fields, name="Row"):
+    return {"type": "record", "name": name, "namespace": "test.batch",
+            "fields": [{"name": n, "type": t} for n, t in fields]}
+
+
+def decimal(precision, scale):
+    return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+
+
+def logical(kind, name):
+    return {"type": kind, "logicalType": name}
+
+
+def writer_of(schema):
+    return compile_avro(Schema(json.dumps(schema), "AVRO", []), None)
+
+
+def encode(schema, rows) -> list[bytes]:
+    """Each row as fastavro's schemaless writer (confluent-kafka's AvroSerializer) writes it."""
+    parsed = parse_schema(schema)
+    payloads = []
+    for row in rows:
+        out = io.BytesIO()
+        schemaless_writer(out, parsed, row)
+        payloads.append(out.getvalue())
+    return payloads
+
+
+def one_by_one(writer, payloads) -> pa.Table:
+    """The per-record path's table; raises Problem for a payload it refuses."""
+    return writer.decoder.rows([writer.decoder.to_value(writer.read(p), "") for p in payloads])
+
+
+def bit_for_bit(table: pa.Table) -> pa.Table:
+    """The table with its float columns as their bits: NaN, -0.0 and every NaN's payload compared exactly."""
+    columns = [c.combine_chunks() for c in table.columns]
+    columns = [c.view(pa.uint32() if c.type == pa.float32() else pa.uint64()) if pa.types.is_floating(c.type) else c
+               for c in columns]
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def assert_same_table(writer, payloads):
+    """The batch reader takes the payloads and builds the per-record path's table exactly."""
+    read_many = batch_reader(writer)
+    assert read_many is not None
+    fast, slow = read_many(payloads), one_by_one(writer, payloads)
+    assert fast is not None
+    assert fast.schema.equals(slow.schema, check_metadata=True)
+    assert bit_for_bit(fast).equals(bit_for_bit(slow))
+
+
+def assert_refused(writer, payloads):
+    """The batch reader returns None (the caller reads the records one by one)."""
+    assert batch_reader(writer)(payloads) is None
+
+
+# --- the same table, for every type it takes ----------------------------------------------------------------
+
+ENUM = {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN", "BLUE"]}
+EVERY_TYPE = record(
+    ("b", "boolean"), ("i", "int"), ("l", "long"), ("f", "float"), ("d", "double"), ("s", "string"),
+    ("y", "bytes"), ("e", ENUM), ("x", {"type": "fixed", "name": "Three", "size": 3}),
+    ("amount", decimal(10, 2)), ("wide", decimal(38, 0)), ("fine", decimal(38, 12)),
+    ("day", logical("int", "date")), ("tm", logical("int", "time-millis")), ("tu", logical("long", "time-micros")),
+    ("ts", logical("long", "timestamp-millis")), ("tsu", logical("long", "timestamp-micros")),
+    ("lts", logical("long", "local-timestamp-millis")), ("ltsu", logical("long", "local-timestamp-micros")),
+    ("tsn", logical("long", "timestamp-nanos")), ("ltsn", logical("long", "local-timestamp-nanos")),
+    ("id", logical("string", "uuid")),
+    ("nb", ["null", "boolean"]), ("ni", ["int", "null"]), ("nl", ["null", "long"]), ("nf", ["float", "null"]),
+    ("nd", ["null", "double"]), ("ns", ["string", "null"]), ("ny", ["null", "bytes"]),
+    ("ne", ["null", {"type": "enum", "name": "Size", "symbols": ["S", "M"]}]),
+    ("nx", [{"type": "fixed", "name": "Two", "size": 2}, "null"]), ("namount", ["null", decimal(5, 1)]),
+    ("nday", [logical("int", "date"), "null"]), ("ntm", ["null", logical("int", "time-millis")]),
+    ("nts", ["null", logical("long", "timestamp-millis")]), ("nltsu", [logical("long", "local-timestamp-micros"),
+                                                                      "null"]),
+    ("nid", ["null", logical("string", "uuid")]))
+
+INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
+INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def edges(values, strategy):
+    """The extremes first, then anything."""
+    return st.one_of(st.sampled_from(values), strategy)
+
+
+def scaled(precision, scale):
+    bound = 10 ** precision - 1
+    return edges([bound, -bound, 0, -1, 127, -128, 128, -129, 255, -256],
+                 st.integers(-bound, bound)).map(lambda n: Decimal(f"{n}E-{scale}"))
+
+
+def millis(moment):
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+TEXT = edges(["", "é", "日本語", "😀" * 3, "\x00", "a" * 300], st.text())
+BYTES = edges([b"", b"\x00", b"\x00" * 5, bytes(range(256))], st.binary())
+DAYS = edges([dt.date.min, dt.date.max, dt.date(1969, 12, 31), dt.date(1970, 1, 1)], st.dates())
+INSTANTS = edges([dt.datetime.min, dt.datetime.max, dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+                  dt.datetime(1900, 1, 1)], st.datetimes())
+TIMES = edges([dt.time.min, dt.time.max], st.times())
+FIELDS = {
+    "b": st.booleans(), "i": edges([-(1 << 31), (1 << 31) - 1], INT32), "l": edges([-(1 << 63), (1 << 63) - 1], INT64),
+    "f": st.floats(width=32), "d": edges([float("nan"), -0.0, float("inf"), float("-inf"), 5e-324], st.floats()),
+    "s": TEXT, "y": BYTES, "e": st.sampled_from(ENUM["symbols"]), "x": st.binary(min_size=3, max_size=3),
+    "amount": scaled(10, 2), "wide": scaled(38, 0), "fine": scaled(38, 12),
+    "day": DAYS, "tm": TIMES.map(millis), "tu": TIMES,
+    "ts": INSTANTS.map(lambda t: millis(t).replace(tzinfo=UTC)), "tsu": INSTANTS.map(lambda t: t.replace(tzinfo=UTC)),
+    "lts": INSTANTS.map(millis), "ltsu": INSTANTS, "tsn": edges([-(1 << 63), -1001, -1, 999], INT64),
+    "ltsn": INT64, "id": st.uuids(),
+    "nb": st.none() | st.booleans(), "ni": st.none() | INT32, "nl": st.none() | INT64,
+    "nf": st.none() | st.floats(width=32), "nd": st.none() | st.floats(), "ns": st.none() | TEXT,
+    "ny": st.none() | BYTES, "ne": st.none() | st.sampled_from(["S", "M"]),
+    "nx": st.none() | st.binary(min_size=2, max_size=2), "namount": st.none() | scaled(5, 1),
+    "nday": st.none() | DAYS, "ntm": st.none() | TIMES.map(millis),
+    "nts": st.none() | INSTANTS.map(lambda t: millis(t).replace(tzinfo=UTC)), "nltsu": st.none() | INSTANTS,
+    "nid": st.none() | st.uuids(),
+}
+ROWS = st.lists(st.fixed_dictionaries(FIELDS), min_size=1, max_size=25)
+
+
+@pytest.fixture(scope="module")
+def every_type():
+    return writer_of(EVERY_TYPE)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(rows=ROWS)
+def test_every_type_reads_as_the_per_record_path_reads_it(every_type, rows):
+    assert_same_table(every_type, encode(EVERY_TYPE, rows))
+
+
+def test_all_nulls_and_no_nulls_in_nullable_columns(every_type):
+    nullable = [f["name"] for f in EVERY_TYPE["fields"] if isinstance(f["type"], list)]
+    base = {"b": True, "i": 1, "l": 2, "f": 0.5, "d": -0.0, "s": "", "y": b"", "e": "BLUE", "x": b"\x00\x00\x00",
+            "amount": Decimal("0.00"), "wide": Decimal(0), "fine": Decimal("-1E-12"), "day": dt.date(1, 1, 1),
+            "tm": dt.time(), "tu": dt.time.max, "ts": dt.datetime(1, 1, 1, tzinfo=UTC),
+            "tsu": dt.datetime.max.replace(tzinfo=UTC), "lts": dt.datetime(1969, 1, 1), "ltsu": dt.datetime.min,
+            "tsn": -1, "ltsn": 1, "id": uuid.UUID(int=0)}
+    some = {"nb": False, "ni": -1, "nl": 0, "nf": float("nan"), "nd": float("-inf"), "ns": "ü", "ny": b"\x00",
+            "ne": "M", "nx": b"ab", "namount": Decimal("-9999.9"), "nday": dt.date.max, "ntm": dt.time(23, 59),
+            "nts": dt.datetime(1960, 1, 1, tzinfo=UTC), "nltsu": dt.datetime(2000, 1, 1), "nid": uuid.uuid4()}
+    assert_same_table(every_type, encode(EVERY_TYPE, [{**base, **dict.fromkeys(nullable)}] * 3))
+    assert_same_table(every_type, encode(EVERY_TYPE, [{**base, **some}] * 3))
+
+
+def test_connect_properties_the_per_record_path_ignores_keep_the_batch_path():
+    """Kafka Connect's AvroConverter names the record and types a decimal and a timestamp with `connect.*`
+    properties beside their logical types: decoded by the logical type either way."""
+    schema = {**record(
+        ("amount", {**decimal(10, 2), "connect.name": "org.apache.kafka.connect.data.Decimal", "connect.version": 1,
+                    "connect.parameters": {"scale": "2", "connect.decimal.precision": "10"}}),
+        ("at", {"type": "long", "logicalType": "timestamp-millis", "connect.version": 1,
+                "connect.name": "org.apache.kafka.connect.data.Timestamp"}),
+        ("note", ["null", "string"])), "connect.name": "shop.orders.Value"}
+    rows = [{"amount": Decimal("-12.34"), "at": dt.datetime(2024, 5, 1, tzinfo=UTC), "note": None},
+            {"amount": Decimal("99999999.99"), "at": dt.datetime(1969, 7, 20, 20, 17, tzinfo=UTC), "note": "x"}]
+    assert_same_table(writer_of(schema), encode(schema, rows))
+
+
+def test_decimals_and_varints_written_with_bytes_to_spare_read_as_fastavro_reads_them():
+    """A decimal in more bytes than it needs (fastavro writes -128 as ff 80), a decimal of no bytes (0) and a
+    10-byte varint with bits beyond 64 (fastavro and polars drop them alike) are read as fastavro reads them."""
+    schema = record(("b", "boolean"), ("amount", decimal(5, 2)), ("l", "long"))
+    writer = writer_of(schema)
+    assert_same_table(writer, [b"\x01\x04\xff\x80\x02", b"\x00\x00\x00", b"\x01\x02\x7f" + b"\xfe" * 9 + b"\x7f"])
+
+
+def test_signalling_nans_read_as_fastavro_reads_them():
+    """fastavro reads a float into a Python float, which sets a signalling NaN's quiet bit; a double keeps its bits."""
+    writer = writer_of(record(("f", "float"), ("d", "double"), ("nf", ["null", "float"])))
+    signalling = struct.pack("<I", 0x7F800001), struct.pack("<Q", 0x7FF0000000000001)
+    assert_same_table(writer, [signalling[0] + signalling[1] + b"\x02" + signalling[0],
+                               struct.pack("<f", 1.5) + struct.pack("<d", -0.0) + b"\x00"])
+
+
+# --- None for every batch it cannot prove ---------------------------------------------------------------------
+
+SMALL = record(("id", "long"), ("name", "string"), ("amount", decimal(4, 2)), ("flag", ["null", "boolean"]))
+
+
+@pytest.fixture(scope="module")
+def small():
+    return writer_of(SMALL)
+
+
+@pytest.fixture(scope="module")
+def good():
+    return encode(SMALL, [{"id": i, "name": f"n{i}", "amount": Decimal(i).scaleb(-2), "flag": [None, True][i % 2]}
+                          for i in range(6)])
+
+
+def test_the_good_batch_is_taken(small, good):
+    assert_same_table(small, good)
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param(lambda g: g[0] + b"\x00", id="a trailing byte"),
+    pytest.param(lambda g: g[1][:-1], id="a byte short"),
+    pytest.param(lambda g: g[0][:1] + b"\x04\xff\xfe" + g[0][4:], id="invalid UTF-8"),
+    pytest.param(lambda g: g[0][:4] + b"\x06\x01\xe2\x40" + g[0][6:], id="a decimal beyond its precision"),
+    pytest.param(lambda g: g[1][:-2] + b"\x04\x01", id="a union branch index out of range"),
+    pytest.param(lambda g: g[0][:1] + b"\x7e" + g[0][4:], id="a string longer than the payload (polars panics)"),
+    pytest.param(lambda g: b"\xff" * 11 + b"\x01", id="a varint of 12 bytes"),
+])
+def test_a_bad_payload_alone_or_among_good_ones_is_refused(small, good, bad):
+    payload = bad(good)
+    with pytest.raises(Problem):
+        one_by_one(small, [payload])
+    assert_refused(small, [payload])
+    assert_refused(small, [*good[:3], payload, *good[3:]])
+
+
+@pytest.mark.parametrize("odd", [
+    pytest.param(lambda g: b"\x80\x00" + g[0][1:], id="a varint longer than needed"),
+    pytest.param(lambda g: g[1][:-1] + b"\x02", id="a boolean byte other than 0 and 1"),
+])
+def test_a_payload_the_proof_cannot_take_is_left_to_the_per_record_path(small, good, odd):
+    """fastavro reads these (0, true), polars might read them otherwise: the batch goes record by record."""
+    payload = odd(good)
+    assert one_by_one(small, [payload]).num_rows == 1
+    assert_refused(small, [payload])
+    assert_refused(small, [*good[:3], payload, *good[3:]])
+
+
+def test_a_byte_moved_from_one_payload_to_the_next_is_refused(small, good):
+    """Each payload is read wrong on its own, but the two together are a block polars reads whole."""
+    assert_refused(small, [good[0][:-1], good[0][-1:] + good[1]])
+
+
+def test_the_bytes_of_another_schema_are_refused():
+    """Two one-long records and one three-long record hold two two-long records back to back."""
+    schema = record(("a", "long"), ("b", "long"))
+    writer = writer_of(schema)
+    other = encode(record(("a", "long")), [{"a": 1}]) + encode(record(("a", "long"), ("b", "long"), ("c", "long")),
+                                                                [{"a": 2, "b": 3, "c": 4}])
+    assert_refused(writer, other)
+
+
+def test_invalid_utf8_split_over_two_payloads_is_refused():
+    writer = writer_of(record(("s", "string")))
+    with pytest.raises(Problem):
+        one_by_one(writer, [b"\x02\xc3"])
+    assert_refused(writer, [b"\x02\xc3", b"\x02\xa9"])
+
+
+def zigzag(n: int) -> bytes:
+    """An Avro long as its shortest varint."""
+    n = n << 1 if n >= 0 else (~n << 1) | 1
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+@pytest.mark.parametrize(("field", "payload"), [
+    pytest.param("int", zigzag(1 << 31), id="an int beyond 32 bits"),
+    pytest.param(ENUM, zigzag(3), id="an enum index beyond the symbols"),
+    pytest.param(ENUM, zigzag(-1), id="a negative enum index"),
+    pytest.param(logical("int", "date"), zigzag((dt.date.max - dt.date(1970, 1, 1)).days + 1),
+                 id="a date beyond year 9999"),
+    pytest.param(logical("long", "timestamp-millis"), zigzag(253_402_300_800_000), id="a timestamp in year 10000"),
+    pytest.param(logical("long", "timestamp-micros"), zigzag(-62_135_596_800_000_001), id="a timestamp in year 0"),
+    pytest.param(logical("int", "time-millis"), zigzag(86_400_000), id="a day's length"),
+    pytest.param(logical("int", "time-millis"), zigzag(-1), id="a negative time"),
+    pytest.param(logical("string", "uuid"), zigzag(36) + str(uuid.UUID(int=(1 << 128) - 1)).upper().encode(),
+                 id="a uuid not written as str(UUID) writes it"),
+    pytest.param(["null", "long"], zigzag(-1) + zigzag(1), id="a negative union branch index"),
+    pytest.param(["long", "null"], zigzag(2), id="a union branch index beyond null"),
+    pytest.param(decimal(38, 0), zigzag(17) + b"\x00" * 17, id="a decimal of 17 bytes"),
+])
+def test_values_the_per_record_path_refuses_or_reads_otherwise_are_refused(field, payload):
+    writer = writer_of(record(("v", field)))
+    assert_refused(writer, [payload])
+
+
+def test_garbage_that_makes_polars_panic_is_refused_and_nothing_escapes(small):
+    garbage = [bytes([n % 256]) * n for n in range(1, 40)] + [b"\x01", b"\xff", b"\x0a\x00"]
+    read_many = batch_reader(small)
+    for payload in garbage:
+        table = read_many([payload])
+        if table is not None:
+            assert table.equals(one_by_one(small, [payload]))
+
+
+def test_an_empty_batch_is_refused(small):
+    assert_refused(small, [])
+
+
+# --- the schemas it leaves to the per-record path ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", [
+    pytest.param({"type": "record", "name": "Inner", "fields": [{"name": "a", "type": "int"}]}, id="a record"),
+    pytest.param({"type": "array", "items": "long"}, id="an array"),
+    pytest.param({"type": "map", "values": "long"}, id="a map"),
+    pytest.param(["null", "long", "string"], id="a union of two types"),
+    pytest.param(["long", "string"], id="a union without null"),
+    pytest.param("null", id="null"),
+    pytest.param({"type": "int", "connect.type": "int16"}, id="Connect's int16"),
+    pytest.param({"type": "int", "connect.name": "io.debezium.time.Date"}, id="Debezium's Date"),
+    pytest.param({"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}, id="a zoned timestamp"),
+    pytest.param({"type": "fixed", "name": "D", "size": 4, "logicalType": "decimal", "precision": 5},
+                 id="a decimal on fixed"),
+    pytest.param({"type": "fixed", "name": "U", "size": 16, "logicalType": "uuid"}, id="a uuid on fixed"),
+    pytest.param({"type": "string", "logicalType": "json"}, id="an unknown logical type"),
+])
+def test_schemas_beyond_flat_primitives_have_no_batch_reader(field):
+    assert batch_reader(writer_of(record(("id", "long"), ("v", field)))) is None
+
+
+def test_a_named_type_used_twice_has_no_batch_reader():
+    assert batch_reader(writer_of(record(("a", ENUM), ("b", "test.batch.Color")))) is None
+
+
+def test_a_record_that_connect_types_has_no_batch_reader():
+    schema = {**record(("scale", "int"), ("value", "bytes"), name="VariableScaleDecimal"),
+              "connect.name": "io.debezium.data.VariableScaleDecimal"}
+    assert batch_reader(writer_of(schema)) is None
+
+
+# --- through the Converter ------------------------------------------------------------------------------------
+
+TOPIC = "orders"
+VALUE = SerializationContext(TOPIC, MessageField.VALUE)
+ORDER = record(("id", "long"), ("customer", "string"), ("amount", decimal(10, 2)), ("paid", "boolean"),
+               ("qty", ["null", "int"]), ("at", logical("long", "timestamp-millis")), ("tag", ["string", "null"]),
+               name="Order")
+
+
+def _convert(client, values):
+    converter = Converter("avro", connect_meta_data=True, value_registry=RegistryReader("avro", client=client))
+    n = len(values)
+    return converter.convert_raw(TOPIC, 0, list(range(n)), [1_700_000_000_000] * n, [None] * n, values)
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_the_converter_makes_the_same_rows_and_record_errors_with_the_batch_path_and_without(monkeypatch, bad):
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    serialize = AvroSerializer(client, json.dumps(ORDER), conf={"auto.register.schemas": True})
+    values = [serialize({"id": i, "customer": f"Customer {i} ü", "amount": Decimal(i * 37 - 500).scaleb(-2),
+                         "paid": i % 3 == 0, "qty": None if i % 4 else i, "at": 1_714_521_600_000 + i,
+                         "tag": "x" if i % 2 else None}, VALUE) for i in range(50)]
+    if bad:
+        values[3] += b"\x00"  # a trailing byte
+        values[10] = values[10][:-2]  # short
+        values[20] = values[20][:7] + b"\xff" + values[20][8:]  # invalid UTF-8 in the customer's name
+        values[30] = b"\x00" + (999).to_bytes(4, "big") + values[30][5:]  # an unknown schema id
+    read = []
+    batch_read = avro_batch.BatchReader.__call__
+    monkeypatch.setattr(avro_batch.BatchReader, "__call__",
+                        lambda self, payloads: read.append(batch_read(self, payloads)) or read[-1])
+    fast = _convert(client, values)
+    with monkeypatch.context() as patch:
+        patch.setattr(avro_batch, "batch_reader", lambda writer: None)
+        slow = _convert(client, values)
+    assert len(read) == 1 and (read[0] is None) == bad  # the batch path took the batch, unless a record is bad
+    assert fast.table.schema.equals(slow.table.schema, check_metadata=True) and fast.table.equals(slow.table)
+    assert [(f.offset, f.error_class, f.error_message) for f in fast.failures] == \
+        [(f.offset, f.error_class, f.error_message) for f in slow.failures]
+    assert [f.offset for f in fast.failures] == ([3, 10, 20, 30] if bad else [])
+    assert fast.table.num_rows == 50 - len(fast.failures)
