@@ -83,6 +83,10 @@ _PRIMITIVES = {
 }
 """Avro primitive -> (its Connect type, Arrow type, the Python type fastavro reads it as)."""
 
+_INTEGER_BITS = {"int": 32, "long": 64}
+"""fastavro reads any varint as an int or long: one beyond the type's bits is a payload of another schema, and
+would stop the whole batch's Arrow conversion."""
+
 _LOGICAL = {
     ("int", "date"): (CONNECT_DATE, pa.date32(), dt.date),
     ("int", "time-millis"): (CONNECT_TIME, TIME_TEXT, dt.time),
@@ -248,7 +252,17 @@ class _Compiler:
             return self.logical(node, kind, logical, optional)
         if kind in _PRIMITIVES:
             connect_type, arrow_type, _ = _PRIMITIVES[kind]
-            return _plain(ConnectSchema(connect_type, optional), arrow_type)
+            bits = _INTEGER_BITS.get(kind)
+            if bits is None:
+                return _plain(ConnectSchema(connect_type, optional), arrow_type)
+
+            def to_value(value: Any, path: str) -> int:  # noqa: E306
+                if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+                    raise Problem(MALFORMED_PAYLOAD, f"field '{path or 'the value'}' holds {value}, beyond the "
+                                                     f"{bits} bits of its Avro {kind}: the payload was not written "
+                                                     f"with this schema")
+                return value
+            return _plain(ConnectSchema(connect_type, optional), arrow_type, _nullable(to_value))
         if kind == "enum":
             return _plain(ConnectSchema("string", optional, node["name"]), pa.string())
         if kind == "fixed":

@@ -234,3 +234,17 @@ def test_a_type_change_no_column_can_take_names_both_writer_schema_ids(client):
     assert failure.error_class == "TypeMismatch" and "'qty'" in failure.error_message
     assert f"writer schema id {ids[1][0]}" in failure.error_message
     assert f"came from writer schema id {ids[0][0]}" in failure.error_message
+
+
+def test_an_int_beyond_32_bits_is_one_record_error_not_a_failed_batch(client):
+    """fastavro reads any varint for an `int`; a payload holding a larger one (written with another schema) must
+    fail alone, not stop the batch's conversion (a failure every restart would meet again)."""
+    v1 = _serialize(client, V1)
+    good = v1({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE)
+    wide = _serialize(client, {**V1, "fields": [{"name": "id", "type": "long"}, *V1["fields"][1:]]})
+    bad = good[:5] + wide({"id": 1 << 40, "amount": Decimal("1.10"), "qty": 3}, VALUE)[5:]
+    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader("avro", client=client))
+    result = _convert(converter, [good, bad, good])
+    assert result.table.num_rows == 2
+    assert [(f.offset, f.error_class) for f in result.failures] == [(1, "MalformedPayload")]
+    assert "beyond the 32 bits" in result.failures[0].error_message
