@@ -604,6 +604,52 @@ class LakesinkConfig(BaseModel):
                       "transaction's last file of each partition is smaller)."),
     ] = 134217728
     parquet_codec: Annotated[Codec, Key(_choice(get_args(Codec)), "Compression of the Parquet data files.")] = "snappy"
+    compaction_enabled: Annotated[
+        bool,
+        Key(BOOL, "The coordinator compacts the table's small files (smaller than half of `file.target.bytes`) with "
+                  "Delta's `OPTIMIZE`, bin-packing them into files of about `file.target.bytes`, in each partition "
+                  "that holds `compaction.min.files` of them. It runs between two commits of its own, so never "
+                  "beside one of its MERGEs; a conflict with another writer defers it. On by default: a streaming "
+                  "sink adds a few files per partition per transaction, and readers slow down long before a day's "
+                  "worth."),
+    ] = True
+    compaction_min_files: Annotated[
+        int,
+        Key(_integer("int ≥ 2", "an integer of at least 2", 2),
+            "Small files a partition (the table, when unpartitioned) must hold before it is compacted (Delta's own "
+            "auto compaction starts at 50 too)."),
+    ] = 50
+    compaction_max_duration_ms: Annotated[
+        int,
+        Key(POSITIVE, "How long one round of compaction may hold the coordinator's next commit: no partition starts "
+                      "past it, and an `OPTIMIZE` still running then is cancelled (it commits nothing; the next round "
+                      "does it again). Ingestion goes on meanwhile."),
+    ] = 60000
+    compaction_zorder_by: Annotated[
+        tuple[str, ...],
+        Key(FIELDS, "Columns to Z-order the compacted files by (`OPTIMIZE ... ZORDER BY`), which rewrites every file "
+                    "of a compacted partition, not only the small ones; empty: bin-packing only."),
+    ] = ()
+    vacuum_enabled: Annotated[
+        bool,
+        Key(BOOL, "The coordinator runs Delta's `VACUUM` every `vacuum.interval.ms`, deleting files no version "
+                  "within `vacuum.retention.hours` references (what compaction replaced, files of abandoned "
+                  "transactions). Off by default, as in Delta: it limits time travel."),
+    ] = False
+    vacuum_retention_hours: Annotated[
+        int,
+        Key(POSITIVE, "How old an unreferenced file must be before `VACUUM` deletes it, and so how far back time "
+                      "travel keeps working. Below Delta's safety default of 168 only with "
+                      "`vacuum.retention.check.enabled=false`, and never below twice the longest a staged file "
+                      "waits for its commit (`transaction.interval.ms` + `coordinator.writestatus.timeout.ms` + "
+                      "`write.retry.timeout.ms`) nor below 1 hour."),
+    ] = 168
+    vacuum_retention_check_enabled: Annotated[
+        bool,
+        Key(BOOL, "Refuse a `vacuum.retention.hours` below 168 (Delta's "
+                  "`spark.databricks.delta.retentionDurationCheck.enabled`)."),
+    ] = True
+    vacuum_interval_ms: Annotated[int, Key(POSITIVE, "How often `VACUUM` runs with `vacuum.enabled=true`.")] = 86400000
     max_record_bytes: Annotated[
         int, Key(POSITIVE, "Largest record (key and value bytes) accepted; a larger record is a record error.")
     ] = 1048576
@@ -1108,15 +1154,40 @@ def _cross_check(values: Mapping[str, Any]) -> list[str]:
         elif not values.get("connect_meta_data", True):
             problems.append(f"upsert.order.field={order} needs connect.meta.data=true: the table keeps it in a "
                             f"_cdc_* column to order later changes against")
+    problems.extend(_vacuum_problems(values))
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
     problems.extend(_connection_problems(values))
     return problems
 
 
+def staged_window_ms(values: Mapping[str, Any]) -> int:
+    """The longest a staged data file waits for the commit that adds it to the table: a transaction, the wait for
+    its write statuses, and its commit's retries."""
+    return sum(int(values.get(key, SETTINGS_BY_NAME[key.replace("_", ".")].default)) for key in (
+        "transaction_interval_ms", "coordinator_writestatus_timeout_ms", "write_retry_timeout_ms"))
+
+
+def _vacuum_problems(values: Mapping[str, Any]) -> list[str]:
+    if not values.get("vacuum_enabled"):
+        return []
+    hours = values.get("vacuum_retention_hours", 168)
+    floor_ms = max(3600000, 2 * staged_window_ms(values))
+    if hours < 168 and values.get("vacuum_retention_check_enabled", True):
+        return [f"vacuum.retention.hours={hours} is below Delta's safety default of 168: time travel and readers of "
+                f"older versions lose their files sooner; set vacuum.retention.check.enabled=false to mean it"]
+    if hours * 3600000 < floor_ms:
+        return [f"vacuum.retention.hours={hours} is shorter than {-(-floor_ms // 3600000)} hour(s), twice the longest "
+                f"a staged file waits for its commit (or 1 hour): VACUUM could delete files before they are "
+                f"committed"]
+    return []
+
+
 TABLE_KEYS = ("partition.field.name", "write.mode", "record.key.fields", "delete.enabled", "delete.mode",
               "value.envelope", "upsert.order.field", "delete.truncate.enabled", "upsert.missing.fields",
               "schema.evolution", "field.name.policy", "connect.meta.data", "parquet.codec", "file.target.bytes",
+              "compaction.enabled", "compaction.min.files", "compaction.max.duration.ms", "compaction.zorder.by",
+              "vacuum.enabled", "vacuum.retention.hours", "vacuum.retention.check.enabled", "vacuum.interval.ms",
               "errors.tolerance", "offset.reset.policy", "restore.policy", "rename.policy")
 """The keys a `table.<table>.<key>` key sets for one table of a connector that writes several."""
 
@@ -1246,6 +1317,10 @@ NOT_APPLYING: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] 
                                         f"{v.get('write_mode')})" if v.get("write_mode") != "upsert" else None),
     ("delete.mode", lambda v: None if v.get("delete_enabled") else
      "delete.enabled is false, so no record deletes a row"),
+    *((key, lambda v: None if v.get("compaction_enabled") else "compaction.enabled is false") for key in (
+        "compaction.min.files", "compaction.max.duration.ms", "compaction.zorder.by")),
+    *((key, lambda v: None if v.get("vacuum_enabled") else "vacuum.enabled is false") for key in (
+        "vacuum.retention.hours", "vacuum.retention.check.enabled", "vacuum.interval.ms")),
     ("metrics.host", lambda v: "metrics.port=0 turns the /metrics and /health server off"
      if v.get("metrics_port") == 0 else None),
     *((key, _s3_key_unused) for key in ("s3.endpoint", "s3.region", "s3.path.style.access.enabled",

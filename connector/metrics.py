@@ -83,6 +83,26 @@ class Metrics:
         self.registry_waiting = Gauge("schema_registry_waiting_partitions",
                                       "Partitions whose records wait for the schema registry to answer (nothing "
                                       "of them is read or skipped meanwhile).", registry=r)
+        self.table_files = Gauge("table_data_files", "Data files of the table's newest version, as its upkeep last "
+                                 "looked (after each compaction check).", registry=r)
+        self.table_small_files = Gauge("table_small_files", "Of those, files below half of file.target.bytes.",
+                                       registry=r)
+        self.table_bytes = Gauge("table_bytes", "Bytes of the table's newest version's data files.", registry=r)
+        self.checkpoint_version = Gauge("table_checkpoint_version", "Delta version of the table's last checkpoint.",
+                                        registry=r)
+        self.compactions = Counter("compaction_runs", "Rounds of compaction that compacted some partition.",
+                                   registry=r)
+        self.compaction_deferred = Counter("compaction_deferred", "Rounds of compaction stopped short (a conflict "
+                                           "with another writer, compaction.max.duration.ms).", registry=r)
+        self.compaction_files_removed = Counter("compaction_files_removed", "Small files compaction replaced.",
+                                                registry=r)
+        self.compaction_files_added = Counter("compaction_files_added", "Files compaction wrote.", registry=r)
+        self.compaction_bytes = Counter("compaction_bytes_rewritten", "Bytes of the files compaction replaced.",
+                                        registry=r)
+        self.compaction_duration = Gauge("compaction_last_duration_seconds", "Duration of the last round of "
+                                         "compaction.", registry=r)
+        self.vacuum_last = Gauge("vacuum_last_run_timestamp_seconds", "When the last VACUUM ended (epoch seconds).",
+                                 registry=r)
         self.registry_problem: str | None = None
         """The schema registry's last failure while some partition waits for it."""
         # both

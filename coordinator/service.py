@@ -17,7 +17,7 @@ from connector import logs
 from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
 from connector.protocol.channel import ControlChannel, identity
 from connector.clock import Clock, Deadline, SystemClock
-from connector.config import LakesinkConfig
+from connector.config import LakesinkConfig, staged_window_ms
 from connector.errors import (
     CommitAbandonedError,
     CommitError,
@@ -49,6 +49,7 @@ from connector.table.preflight import config_refusal
 from connector.table.sink import CommitResult, DeltaTableSink
 from connector.upsert import UpsertSpec
 from connector.table.sweep import sweep
+from connector.table.upkeep import Upkeep, UpkeepSettings
 from connector.kafka.watermarks import lag, list_offsets, topic_ids
 from connector.table import history
 from coordinator.state import (
@@ -136,6 +137,8 @@ class CoordinatorService:
         self._draining = False
         self._drained = False
         self._regex_topics: set[str] | None = None  # the topics kafka.topic.regex matched at the last START
+        self._upkeep = Upkeep(UpkeepSettings.from_config(cfg), self.store.root.delta_uri, self.sink.delta,
+                              self._spark_session, self.store.read_bytes)
 
     def _default_spark(self):
         return build_spark(self.cfg, self.cfg.write_mode != "append")
@@ -257,6 +260,7 @@ class CoordinatorService:
         if profile is not None and not profile.fast_path:
             log.info("%s is written through Delta's writer (%s)", self.cfg.table_path,
                      "; ".join(profile.slow_path_reasons()))
+        self._watch_retention(profile)
         recovered = self._recover()
         # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
         sources = set(self._source_topics())
@@ -281,6 +285,19 @@ class CoordinatorService:
                                       self.ends if self.cfg.kafka_auto_offset_reset == "latest" else None,
                                       max_records=self.cfg.commit_max_records, max_bytes=self.cfg.commit_max_bytes)
         return self.state.begin(epoch, recovered.offsets, topic_ids=recovered.topic_ids)
+
+    def _watch_retention(self, profile) -> None:
+        """A table whose delta.deletedFileRetentionDuration is shorter than twice the longest a staged file waits
+        for its commit: a VACUUM (lakesink's or anyone's) may delete staged files before they are committed, so
+        each commit first checks its files exist and leaves out (to read again) a group that lost one."""
+        retention = profile.deleted_file_retention_s if profile is not None else None
+        window_s = staged_window_ms(vars(self.cfg)) / 1000
+        self.sink.check_staged = retention is not None and retention < 2 * window_s
+        if self.sink.check_staged:
+            log.warning("%s has delta.deletedFileRetentionDuration=%.0f s, less than twice the %.0f s a staged file "
+                        "may wait for its commit: a VACUUM may delete staged files, so every commit checks its "
+                        "files first and reads a partition's records again when one is gone", self.cfg.table_path,
+                        retention, window_s)
 
     def _recover(self):
         """The committed offsets, after the table's history is checked (connector/table/history.py): a connector
@@ -343,11 +360,53 @@ class CoordinatorService:
                         "coordinator.writestatus.timeout.ms=%d", self.state.txn - 1, self.state.epoch,
                         self.cfg.coordinator_writestatus_timeout_ms)
         self._execute(effects)
+        if self._upkeep.due() and self._between_rounds():
+            self._run_upkeep()
         self._report_wait()
         self.metrics.beat("coordinator")
         if self.state.fenced:
             raise FencedError(f"a coordinator of a newer epoch than {self.state.epoch} is running for "
                               f"{self.cfg.name}: this one steps down")
+
+    def _between_rounds(self) -> bool:
+        """No commit of this coordinator's is outstanding (a MERGE included), none waits for its retry, and no
+        graceful stop is under way: upkeep may hold the next one for a while."""
+        return (self._table_known and self.state.committing is None and self._retry_at is None
+                and not self._draining and not self.state.fenced)
+
+    def _run_upkeep(self) -> None:
+        """Compaction and VACUUM (connector/table/upkeep.py), then the table's file figures in the metrics."""
+        before = self._upkeep.last_compaction
+        profile = self.sink.last_profile or self.sink.profile()
+        self._upkeep.run(profile.partition_columns if profile is not None else ())
+        done = self._upkeep.last_compaction
+        if done is not None and done is not before:
+            self.metrics.compactions.inc(done.partitions > 0)
+            self.metrics.compaction_deferred.inc(done.deferred is not None)
+            self.metrics.compaction_files_removed.inc(done.files_removed)
+            self.metrics.compaction_files_added.inc(done.files_added)
+            self.metrics.compaction_bytes.inc(done.bytes_rewritten)
+            self.metrics.compaction_duration.set(done.duration_s)
+        if self._upkeep.last_vacuum is not None:
+            self.metrics.vacuum_last.set(self._upkeep.last_vacuum["at"])
+        stats = self._upkeep.stats
+        if stats is not None:
+            self.metrics.table_files.set(stats.files)
+            self.metrics.table_small_files.set(stats.small_files)
+            self.metrics.table_bytes.set(stats.bytes)
+        if self._upkeep.checkpoint_version is not None:
+            self.metrics.checkpoint_version.set(self._upkeep.checkpoint_version)
+
+    def _upkeep_view(self) -> dict | None:
+        """The table's files and upkeep as its upkeep last saw them, for PROGRESS (and so `lakesink status`)."""
+        upkeep, stats = self._upkeep, self._upkeep.stats
+        if stats is None and upkeep.last_vacuum is None:
+            return None
+        return {"files": None if stats is None else stats.files,
+                "small_files": None if stats is None else stats.small_files,
+                "bytes": None if stats is None else stats.bytes, "checkpoint_version": upkeep.checkpoint_version,
+                "last_compaction": None if upkeep.last_compaction is None else upkeep.last_compaction.describe(),
+                "last_vacuum": upkeep.last_vacuum}
 
     def _report_wait(self) -> None:
         """Once a txn has waited longer than an interval for write statuses: a WARNING per interval naming the
@@ -615,6 +674,7 @@ class CoordinatorService:
         self.sink.prune_manifests()
         if time.monotonic() >= self._sweep_due:
             self._sweep()
+        self._upkeep.committed(result.files)
         self.metrics.txn_committed.inc()
         self.metrics.commit_duration.observe(duration_s)
         if result.table_version is not None:
@@ -643,6 +703,9 @@ class CoordinatorService:
                                          if r.recreated else {})} for r in c.resets],
                    "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
                                for (t, p), o in sorted(c.offsets.items())]}
+        upkeep = self._upkeep_view()
+        if upkeep is not None:
+            payload["upkeep"] = upkeep
         log.info("committed txn %d epoch %d: %d rows (%d bytes) in %d files, table version %s, commit %.2f s, "
                  "txn %s s (ended by %s), %s rows/s, lag %d (%s)", c.txn, c.epoch, result.rows, result.bytes,
                  result.files, result.table_version, duration_s, payload["txn_duration_s"], c.ended_by,

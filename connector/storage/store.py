@@ -210,6 +210,11 @@ class Store:
                 return None
             raise
 
+    def missing(self, relatives: list[str]) -> list[str]:
+        """Those of `relatives` that do not exist (one request per file on S3)."""
+        infos = self.fs.get_file_info([self.path(r) for r in relatives]) if relatives else []
+        return [r for r, info in zip(relatives, infos) if info.type == pafs.FileType.NotFound]
+
     def list(self, relative_dir: str, recursive: bool = False) -> list[pafs.FileInfo]:
         """Files (not directories) under `relative_dir`; empty when it does not exist."""
         selector = pafs.FileSelector(self.path(relative_dir), allow_not_found=True, recursive=recursive)

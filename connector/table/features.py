@@ -94,6 +94,7 @@ class TableProfile:
     constraints: tuple[Constraint, ...] = ()
     txn_retention_s: float | None = None  # delta.setTransactionRetentionDuration: Delta forgets older txns
     type_widening: bool = False  # delta.enableTypeWidening=true: a column's type may widen (byte -> int, ...)
+    deleted_file_retention_s: float | None = None  # delta.deletedFileRetentionDuration: what VACUUM keeps
 
     def txn_refresh_s(self) -> float | None:
         """How long the connector may go without a commit before it must refresh its txn (an empty commit), so
@@ -190,7 +191,8 @@ def profile(reader_version: int, writer_version: int, reader_features, writer_fe
         configuration.get("delta.columnMapping.mode", "none").lower(), tuple(partition_columns or ()),
         generated, identity, tuple(defaults), tuple(constraints),
         interval_seconds(configuration.get("delta.setTransactionRetentionDuration")),
-        configuration.get(TYPE_WIDENING, "false").lower() == "true")
+        configuration.get(TYPE_WIDENING, "false").lower() == "true",
+        interval_seconds(configuration.get("delta.deletedFileRetentionDuration")))
 
 
 _UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "millisecond": 0.001}

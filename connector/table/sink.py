@@ -133,6 +133,10 @@ class DeltaTableSink:
     last_profile: TableProfile | None = None  # as the last commit (or check_supported) read it
     store: Store | None = None  # where the table lives (default: table_path with the AWS defaults for S3)
     upsert: UpsertSpec = UpsertSpec()  # keyed modes apply each txn with a MERGE (connector/table/merge.py)
+    check_staged: bool = False
+    """Check that every staged file still exists before its commit (a table whose short
+    delta.deletedFileRetentionDuration lets a VACUUM delete files a transaction has staged but not committed): a
+    file group with a file gone is left out, and its records read again."""
     _spark_ready: bool = False
     _table: object | None = field(default=None, repr=False)  # the deltalake.DeltaTable _delta keeps up to date
 
@@ -768,7 +772,13 @@ class DeltaTableSink:
             whose = "the table"
         kept: list[WriteStatus] = []
         left: list[tuple[WriteStatus, str]] = []
+        gone = set(self.store.missing([f.path for s in statuses for f in s.files])) if self.check_staged else set()
         for s in statuses:
+            lost = [f.path for f in s.files if f.path in gone]
+            if lost:
+                left.append((s, f"its staged file {lost[0]} is gone (deleted by a VACUUM of a short "
+                                f"delta.deletedFileRetentionDuration?)"))
+                continue
             files = []
             for f in s.files:
                 schema = _file_schema(s, f) if f.rows > 0 else None

@@ -1,0 +1,268 @@
+"""Table upkeep by the coordinator, between two of its commits: compaction of small files (Delta `OPTIMIZE`) and
+`VACUUM`, through its Spark session (docs/ARCHITECTURE.md, "Table upkeep").
+
+Both run on the coordinator's thread, so never beside one of its own commits (a MERGE included): after a commit's
+ACK, while the participants consume the next transaction. Delta's conflict rules make a compaction safe beside
+appends (an OPTIMIZE never conflicts with a blind append, in either order), and a conflict with another writer
+(a MERGE, a schema change, a user's own OPTIMIZE) fails the OPTIMIZE alone: it is deferred to the next round,
+never a stopped connector. A round is bounded: no partition starts past `compaction.max.duration.ms`, and an
+OPTIMIZE still running then is cancelled (its files are never committed; VACUUM removes them).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.faults import fault_during
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """The data files of the table's newest version."""
+
+    files: int
+    bytes: int
+    small_files: int
+    small_by_partition: dict[tuple[tuple[str, Any], ...], int]
+    """Partition values (column, value) -> small files in that partition; one entry `()` when unpartitioned."""
+
+
+def file_stats(dt, partition_columns: tuple[str, ...] | list[str], small_bytes: int) -> FileStats:
+    """The file statistics of a delta-rs table snapshot; files below `small_bytes` are small."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return FileStats(0, 0, 0, {})
+    sizes = actions.column("size_bytes")
+    small = actions.filter(pc.less(sizes, small_bytes))
+    by_partition: dict[tuple[tuple[str, Any], ...], int] = {}
+    if small.num_rows:
+        names = [f"partition.{c}" for c in partition_columns]
+        grouped = small.group_by(names).aggregate([("path", "count")]) if names else None
+        if grouped is None:
+            by_partition[()] = small.num_rows
+        else:
+            for row in grouped.to_pylist():
+                by_partition[tuple((c, row[f"partition.{c}"]) for c in partition_columns)] = row["path_count"]
+    return FileStats(actions.num_rows, int(pc.sum(sizes).as_py() or 0), small.num_rows, by_partition)
+
+
+@dataclass
+class Compaction:
+    """What one round of compaction did."""
+
+    partitions: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_rewritten: int = 0
+    duration_s: float = 0.0
+    deferred: str | None = None
+    """Why the round stopped short: a conflict, a cancelled OPTIMIZE, its time bound."""
+    at: float = field(default_factory=time.time)
+
+    def describe(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "files_removed": self.files_removed, "files_added": self.files_added,
+                "bytes_rewritten": self.bytes_rewritten, "duration_s": round(self.duration_s, 3),
+                "deferred": self.deferred, "at": round(self.at, 3)}
+
+
+PARALLELISM = ("spark.sql.sources.parallelPartitionDiscovery.parallelism", "spark.sql.shuffle.partitions")
+"""Spark's defaults (10,000 listing tasks, 200 shuffle partitions) make a VACUUM of a small table take a minute on
+a local driver (72 s against 5 s, measured): upkeep sizes them to the cores Spark has, unless the user set them."""
+
+
+@dataclass(frozen=True)
+class UpkeepSettings:
+    compaction: bool
+    min_files: int
+    max_duration_s: float
+    zorder_by: tuple[str, ...]
+    target_bytes: int
+    vacuum: bool
+    retention_hours: int
+    retention_check: bool
+    vacuum_interval_s: float
+    own_parallelism: frozenset[str] = frozenset()
+    """The PARALLELISM settings the connector's spark.* keys set: those stay the user's."""
+
+    @classmethod
+    def from_config(cls, cfg) -> "UpkeepSettings":
+        return cls(cfg.compaction_enabled, cfg.compaction_min_files, cfg.compaction_max_duration_ms / 1000,
+                   tuple(cfg.compaction_zorder_by), cfg.file_target_bytes, cfg.vacuum_enabled,
+                   cfg.vacuum_retention_hours, cfg.vacuum_retention_check_enabled, cfg.vacuum_interval_ms / 1000,
+                   frozenset(key for key in PARALLELISM if key in cfg.spark_conf))
+
+    @property
+    def small_bytes(self) -> int:
+        return self.target_bytes // 2
+
+
+class Upkeep:
+    """The upkeep of one table: `due()` after each commit, `run()` when it is (never raises)."""
+
+    def __init__(self, settings: UpkeepSettings, table_uri: str, delta: Callable[[], Any],
+                 spark: Callable[[], Any], read_text: Callable[[str], bytes | None]) -> None:
+        """`delta`: the table's newest delta-rs snapshot (None before it exists); `spark`: the coordinator's Spark
+        session; `read_text`: a file of the table location by its relative path (None when missing)."""
+        self.settings = settings
+        self._uri, self._delta, self._spark, self._read = table_uri, delta, spark, read_text
+        self._session = None
+        self._files_since_look = 0  # files this coordinator committed since upkeep last looked at the table
+        self._vacuum_due = time.monotonic() + settings.vacuum_interval_s
+        self.stats: FileStats | None = None
+        self.last_compaction: Compaction | None = None
+        self.last_vacuum: dict[str, Any] | None = None
+        self.checkpoint_version: int | None = None
+
+    def committed(self, files_added: int) -> None:
+        self._files_since_look += files_added
+
+    def due(self) -> bool:
+        compaction = self.settings.compaction and self._files_since_look >= self.settings.min_files
+        return compaction or (self.settings.vacuum and time.monotonic() >= self._vacuum_due)
+
+    def run(self, partition_columns: tuple[str, ...]) -> None:
+        """Compact the partitions whose small files reached `compaction.min.files`, then VACUUM when its interval
+        is over. Failures are logged: the next round tries again."""
+        if self.settings.compaction and self._files_since_look >= self.settings.min_files:
+            self._files_since_look = 0
+            try:
+                self._compact(partition_columns)
+            except Exception as exc:  # noqa: BLE001 - upkeep never stops the connector
+                log.warning("compaction of %s deferred: %s", self._uri, _one_line(exc))
+        if self.settings.vacuum and time.monotonic() >= self._vacuum_due:
+            self._vacuum_due = time.monotonic() + self.settings.vacuum_interval_s
+            try:
+                self._vacuum()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("VACUUM of %s deferred to the next interval: %s", self._uri, _one_line(exc))
+
+    def look(self, partition_columns: tuple[str, ...]) -> FileStats | None:
+        """Read the newest snapshot's file statistics and checkpoint version (for metrics and status)."""
+        dt = self._delta()
+        if dt is None:
+            return None
+        self.stats = file_stats(dt, partition_columns, self.settings.small_bytes)
+        body = self._read("_delta_log/_last_checkpoint")
+        try:
+            self.checkpoint_version = int(json.loads(body)["version"]) if body else None
+        except (ValueError, KeyError, TypeError):
+            self.checkpoint_version = None
+        return self.stats
+
+    # --- compaction ----------------------------------------------------------------------------------------
+
+    def _compact(self, partition_columns: tuple[str, ...]) -> None:
+        stats = self.look(partition_columns)
+        if stats is None:
+            return
+        due = sorted(((n, part) for part, n in stats.small_by_partition.items() if n >= self.settings.min_files),
+                     key=lambda item: -item[0])
+        if not due:
+            return
+        spark = self._spark_session()
+        began = time.monotonic()
+        deadline = began + self.settings.max_duration_s
+        done = Compaction()
+        for _, part in due:
+            if time.monotonic() >= deadline:
+                done.deferred = f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached"
+                break
+            try:
+                metrics = self._optimize(spark, part, deadline)
+            except Exception as exc:  # noqa: BLE001 - a conflict or a cancel: the next round does it again
+                done.deferred = _one_line(exc)
+                break
+            done.partitions += 1
+            done.files_removed += int(metrics.get("numFilesRemoved") or 0)
+            done.files_added += int(metrics.get("numFilesAdded") or 0)
+            done.bytes_rewritten += int((metrics.get("filesRemoved") or {}).get("totalSize") or 0)
+        done.duration_s = time.monotonic() - began
+        self.last_compaction = done
+        if done.partitions:
+            log.info("compacted %d partition(s) of %s: %d small files into %d (%d bytes rewritten) in %.1f s%s",
+                     done.partitions, self._uri, done.files_removed, done.files_added, done.bytes_rewritten,
+                     done.duration_s, f"; the rest deferred: {done.deferred}" if done.deferred else "")
+        elif done.deferred:
+            log.warning("compaction of %s deferred: %s", self._uri, done.deferred)
+        self.look(partition_columns)
+
+    def _optimize(self, spark, part: tuple[tuple[str, Any], ...], deadline: float) -> dict[str, Any]:
+        """One partition's OPTIMIZE, cancelled at `deadline`; the operation metrics Delta returns."""
+        where = " AND ".join(_predicate(column, value) for column, value in part)
+        sql = f"OPTIMIZE delta.`{self._uri}`" + (f" WHERE {where}" if where else "")
+        if self.settings.zorder_by:
+            sql += " ZORDER BY (" + ", ".join(_quote(c) for c in self.settings.zorder_by) + ")"
+        context = spark.sparkContext
+        group = f"lakesink-optimize-{uuid.uuid4().hex[:8]}"
+        context.setJobGroup(group, f"lakesink compaction of {self._uri}", interruptOnCancel=True)
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), context.cancelJobGroup, (group,))
+        timer.daemon = True
+        timer.start()
+        try:
+            with fault_during("coordinator.during-optimize"):
+                rows = spark.sql(sql).collect()
+        finally:
+            timer.cancel()
+            context.setLocalProperty("spark.jobGroup.id", None)
+        return rows[0]["metrics"].asDict(recursive=True) if rows else {}
+
+    # --- vacuum --------------------------------------------------------------------------------------------
+
+    def _vacuum(self) -> None:
+        spark = self._spark_session()
+        began = time.monotonic()
+        with fault_during("coordinator.during-vacuum"):
+            spark.sql(f"VACUUM delta.`{self._uri}` RETAIN {self.settings.retention_hours} HOURS").collect()
+        self.last_vacuum = {"duration_s": round(time.monotonic() - began, 3), "at": round(time.time(), 3),
+                            "retention_hours": self.settings.retention_hours}
+        log.info("VACUUM of %s (retention %d h) took %.1f s", self._uri, self.settings.retention_hours,
+                 self.last_vacuum["duration_s"])
+
+    def _spark_session(self):
+        """A session of the coordinator's Spark context with this table's OPTIMIZE and VACUUM settings: its own
+        SQL settings, so tables that share the context never see each other's."""
+        if self._session is None:
+            session = self._spark().newSession()
+            conf = session.conf
+            conf.set("spark.databricks.delta.optimize.maxFileSize", str(self.settings.target_bytes))
+            conf.set("spark.databricks.delta.optimize.minFileSize", str(self.settings.small_bytes))
+            conf.set("spark.databricks.delta.retentionDurationCheck.enabled",
+                     "true" if self.settings.retention_check else "false")
+            # delta-spark 4.4 ignores VACUUM's RETAIN (other than 0) by default and keeps the table's
+            # delta.deletedFileRetentionDuration instead: vacuum.retention.hours would do nothing
+            conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
+            cores = str(max(1, session.sparkContext.defaultParallelism))
+            for key in PARALLELISM:
+                if key not in self.settings.own_parallelism:
+                    conf.set(key, cores)
+            self._session = session
+        return self._session
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _predicate(column: str, value: Any) -> str:
+    """`column = value` for an OPTIMIZE's WHERE, on the partition value as text (how the log stores it)."""
+    if value is None:
+        return f"{_quote(column)} IS NULL"
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return f"CAST({_quote(column)} AS STRING) = '" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:500] if text else type(exc).__name__)
