@@ -192,7 +192,8 @@ class Version:
 
 
 class DeltaLogWatcher:
-    """Reads each new _delta_log/<version>.json once: rows added (stats numRecords) and the files. `table` is a
+    """Reads each new _delta_log/<version>.json once: rows added (stats numRecords) and the files, leaving out the
+    files a compaction rewrites (`dataChange` false). `table` is a
     local directory, or a bench.s3.FilerLog for a table on the benchmark's S3 server (read without S3 requests)."""
 
     def __init__(self, table):
@@ -224,7 +225,7 @@ class DeltaLogWatcher:
                 if "commitInfo" in action:
                     commit_ts = (action["commitInfo"].get("timestamp") or 0) / 1000 or None
                 add = action.get("add")
-                if add is None:
+                if add is None or add.get("dataChange") is False:  # a compaction's rewrite adds no rows
                     continue
                 files.append(add["path"])
                 stats = json.loads(add.get("stats") or "{}")

@@ -58,6 +58,7 @@ from coordinator.state import (
     CoordinatorState,
     Effect,
     OffsetCheck,
+    Phase,
     Send,
     TopicIds,
     offset_resets,
@@ -139,6 +140,7 @@ class CoordinatorService:
         self._regex_topics: set[str] | None = None  # the topics kafka.topic.regex matched at the last START
         self._upkeep = Upkeep(UpkeepSettings.from_config(cfg), self.store.root.delta_uri, self.sink.delta,
                               self._spark_session, self.store.read_bytes)
+        self._compaction_seen = None  # the last round of compaction the metrics count
 
     def _default_spark(self):
         return build_spark(self.cfg, self.cfg.write_mode != "append")
@@ -360,8 +362,7 @@ class CoordinatorService:
                         "coordinator.writestatus.timeout.ms=%d", self.state.txn - 1, self.state.epoch,
                         self.cfg.coordinator_writestatus_timeout_ms)
         self._execute(effects)
-        if self._upkeep.due() and self._between_rounds():
-            self._run_upkeep()
+        self._upkeep_step()
         self._report_wait()
         self.metrics.beat("coordinator")
         if self.state.fenced:
@@ -369,18 +370,32 @@ class CoordinatorService:
                               f"{self.cfg.name}: this one steps down")
 
     def _between_rounds(self) -> bool:
-        """No commit of this coordinator's is outstanding (a MERGE included), none waits for its retry, and no
-        graceful stop is under way: upkeep may hold the next one for a while."""
-        return (self._table_known and self.state.committing is None and self._retry_at is None
-                and not self._draining and not self.state.fenced)
+        """The txn in flight consumes (its END not sent, so no write status waits to be read), no commit of this
+        coordinator's is outstanding (a MERGE included) or waits for its retry, and no graceful stop is under way:
+        upkeep may hold the next END for a while, the workers consuming meanwhile."""
+        return (self._table_known and self.state.phase is Phase.CONSUMING and self.state.committing is None
+                and self._retry_at is None and not self._draining)
 
-    def _run_upkeep(self) -> None:
-        """Compaction and VACUUM (connector/table/upkeep.py), then the table's file figures in the metrics."""
-        before = self._upkeep.last_compaction
-        profile = self.sink.last_profile or self.sink.profile()
-        self._upkeep.run(profile.partition_columns if profile is not None else ())
+    def _upkeep_step(self) -> None:
+        """Compaction and VACUUM when due (connector/table/upkeep.py): beside the commits of an append-only table,
+        between the commits of one written with MERGEs; then what the last round did, in the metrics."""
+        upkeep = self._upkeep
+        if upkeep.busy:
+            return
+        self._publish_upkeep()
+        if upkeep.due() and self._table_known and not self._draining:
+            profile = self.sink.last_profile or self.sink.profile()
+            columns = profile.partition_columns if profile is not None else ()
+            if not self.sink.upsert.keyed:
+                upkeep.start(columns)
+            elif self._between_rounds():
+                upkeep.run(columns)
+                self._publish_upkeep()
+
+    def _publish_upkeep(self) -> None:
         done = self._upkeep.last_compaction
-        if done is not None and done is not before:
+        if done is not None and done is not self._compaction_seen:
+            self._compaction_seen = done
             self.metrics.compactions.inc(done.partitions > 0)
             self.metrics.compaction_deferred.inc(done.deferred is not None)
             self.metrics.compaction_files_removed.inc(done.files_removed)
@@ -440,6 +455,7 @@ class CoordinatorService:
 
     def close(self) -> None:
         """Release every Kafka client: one left alive after its broker stopped keeps reconnecting (and logging)."""
+        self._upkeep.stop()
         self._admin_client = None
         if self._dlq is not None:
             self._dlq.close()

@@ -112,6 +112,8 @@ def control_view(messages: list[Message], now: float | None = None, dead_letter_
                                                                  "rows_per_s", "commit_duration_s", "lag",
                                                                  "records_dead_lettered", "ended_by")},
                              "age_s": round(max(0.0, now - m.sent_at), 1)} for m in progress]
+    upkeep = [m.payload["upkeep"] for m in progress if isinstance(m.payload.get("upkeep"), dict)]
+    view["upkeep"] = upkeep[-1] if upkeep else None
     return view
 
 
@@ -262,6 +264,7 @@ def render(s: dict[str, Any]) -> str:
         if f.get("waiting_for"):
             lines.append(f"           END-COMMIT sent {f['ended_s_ago']} s ago; waiting for "
                          + ", ".join(f"{w['topic']}-{w['partition']}" for w in f["waiting_for"]))
+    lines += _upkeep_lines(c.get("upkeep"))
     for w in c["workers"]:
         lines.append(f"worker     {w['worker']}: {', '.join(w['partitions']) or 'no partitions'} "
                      f"(announced {w['age_s']} s ago)"
@@ -286,6 +289,25 @@ def render(s: dict[str, Any]) -> str:
     for problem in s["problems"]:
         lines.append(f"problem    {problem}")
     return "\n".join(lines) + "\n"
+
+
+def _upkeep_lines(u: dict[str, Any] | None) -> list[str]:
+    """The table's files and its last compaction and VACUUM, as the last PROGRESS that carried them says."""
+    if not u:
+        return []
+    lines = [f"files      {_text(u.get('files'))} data files ({_text(u.get('small_files'))} small), "
+             f"{_text(u.get('bytes'))} bytes; checkpoint at version {_text(u.get('checkpoint_version'))}"]
+    done = u.get("last_compaction")
+    if done:
+        lines.append(f"compacted  {done['partitions']} partition(s): {done['files_removed']} files into "
+                     f"{done['files_added']} ({done['bytes_rewritten']} bytes rewritten) in {done['duration_s']} s"
+                     f"{', ' + time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(done['at'])) + ' UTC'}"
+                     + (f"; deferred: {done['deferred']}" if done.get("deferred") else ""))
+    vacuum = u.get("last_vacuum")
+    if vacuum:
+        lines.append(f"vacuumed   {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(vacuum['at']))} UTC, retention "
+                     f"{vacuum['retention_hours']} h, in {vacuum['duration_s']} s")
+    return lines
 
 
 def _render_tables(s: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ OPTIMIZE still running then is cancelled (its files are never committed; VACUUM 
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
@@ -107,7 +108,9 @@ class UpkeepSettings:
 
 
 class Upkeep:
-    """The upkeep of one table: `due()` after each commit, `run()` when it is (never raises)."""
+    """The upkeep of one table: `due()` after each commit, then `run()` on the coordinator's thread between its
+    commits (a table written with MERGEs), or `start()` to run it beside them (an append-only table: an OPTIMIZE
+    never conflicts with a blind append, so ingestion never waits for it). Never raises."""
 
     def __init__(self, settings: UpkeepSettings, table_uri: str, delta: Callable[[], Any],
                  spark: Callable[[], Any], read_text: Callable[[str], bytes | None]) -> None:
@@ -122,6 +125,30 @@ class Upkeep:
         self.last_compaction: Compaction | None = None
         self.last_vacuum: dict[str, Any] | None = None
         self.checkpoint_version: int | None = None
+        self._thread: threading.Thread | None = None
+        self._group: str | None = None  # the Spark job group of the OPTIMIZE running now
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, partition_columns: tuple[str, ...]) -> None:
+        """`run()` on a thread of its own (with the caller's log context), unless a round runs already."""
+        if self.busy:
+            return
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self.run, partition_columns), name="table-upkeep",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Cancel the OPTIMIZE running in the background, if any: it commits nothing, and nothing waits for it."""
+        group, spark = self._group, self._session
+        if self.busy and group is not None and spark is not None:
+            try:
+                spark.sparkContext.cancelJobGroup(group)
+            except Exception as exc:  # noqa: BLE001 - the JVM may be gone already
+                log.debug("could not cancel %s: %s", group, exc)
 
     def committed(self, files_added: int) -> None:
         self._files_since_look += files_added
@@ -203,7 +230,7 @@ class Upkeep:
         if self.settings.zorder_by:
             sql += " ZORDER BY (" + ", ".join(_quote(c) for c in self.settings.zorder_by) + ")"
         context = spark.sparkContext
-        group = f"lakesink-optimize-{uuid.uuid4().hex[:8]}"
+        group = self._group = f"lakesink-optimize-{uuid.uuid4().hex[:8]}"
         context.setJobGroup(group, f"lakesink compaction of {self._uri}", interruptOnCancel=True)
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), context.cancelJobGroup, (group,))
         timer.daemon = True
@@ -213,6 +240,7 @@ class Upkeep:
                 rows = spark.sql(sql).collect()
         finally:
             timer.cancel()
+            self._group = None
             context.setLocalProperty("spark.jobGroup.id", None)
         return rows[0]["metrics"].asDict(recursive=True) if rows else {}
 

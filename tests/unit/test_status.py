@@ -268,3 +268,21 @@ def test_status_of_several_tables_collects_each_with_its_pipelines_configuration
     assert any("no Kafka broker" in p for p in a["problems"])
     status.print_status(cfg)
     assert capsys.readouterr().out.startswith("connector  c: 2 tables (a, b)\n\n== table a\nconnector  c.a\n")
+
+
+def test_status_shows_the_tables_files_and_its_last_compaction_and_vacuum():
+    upkeep = {"files": 12, "small_files": 3, "bytes": 40960, "checkpoint_version": 30,
+              "last_compaction": {"partitions": 2, "files_removed": 100, "files_added": 2, "bytes_rewritten": 40000,
+                                  "duration_s": 4.2, "deferred": None, "at": T0},
+              "last_vacuum": {"at": T0 + 60, "retention_hours": 168, "duration_s": 5.1}}
+    messages = [StartCommit("c", 2, 4, {("t", 0): 0}, sent_at=T0),
+                Progress("c", 2, 4, payload={"txn": 4, "epoch": 2, "rows": 20, "upkeep": upkeep}, sent_at=T0 + 1),
+                Progress("c", 2, 5, payload={"txn": 5, "epoch": 2, "rows": 20}, sent_at=T0 + 2)]
+    view = control_view(messages, now=T0 + 3)
+    assert view["upkeep"] == upkeep, "the newest PROGRESS that carried it"
+    text = render({"connector": "c", "table_path": "/t", "control_topic": "ctl", "problems": [],
+                   "table": {"exists": False}, "control": view, "partitions": [], "total_lag": 0})
+    assert "files      12 data files (3 small), 40960 bytes; checkpoint at version 30" in text
+    assert "compacted  2 partition(s): 100 files into 2 (40000 bytes rewritten) in 4.2 s, 2023-11-14 22:13:20 UTC" \
+        in text
+    assert "vacuumed   2023-11-14 22:14:20 UTC, retention 168 h, in 5.1 s" in text
