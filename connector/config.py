@@ -1592,7 +1592,7 @@ def types_markdown() -> str:
 
     rows = ["| Connect / Debezium type | Delta type | Conversion |", "|---|---|---|"]
     rows += [f"| {_cell(source)} | {_cell(delta)} | {_cell(how)} |" for source, delta, how in TYPE_TABLE]
-    return _TYPES_HEADER + "\n".join(rows) + "\n\n" + registry_types_markdown() + "## Keys\n\n"
+    return _TYPES_HEADER + "\n".join(rows) + "\n\n" + registry_types_markdown()
 
 
 _REGISTRY_TYPES_HEADER = """
@@ -1657,13 +1657,31 @@ records from it on wait for the next txn, where the table that txn's commit made
 """
 
 
+def tables_markdown() -> str:
+    """The section on a connector that writes several tables: its keys, and the keys each table may set."""
+    return _TABLES_HEADER + ", ".join(f"`{key}`" for key in TABLE_KEYS) + ".\n\n"
+
+
+_TABLES_HEADER = """## Many tables from one connector
+
+`target.table.name` with `${topic}` in it, `table.name.map` and `route.field` send the topics to several tables
+(README, "Many tables from one service"). Each table is written by a pipeline of its own, with the connector's
+configuration and these changes: its name is `<name>.<table>` (its Delta txnAppId, its key on the control topic),
+its consumer group `lakesink-<name>.<table>` (or `<kafka.group.id>.<table>` when that key is set), its topics the
+ones that go to it. A table-scoped key set as `table.<table>.<key>` applies to that table only, over the
+connector's own; a misspelt table in such a key is an error for a connector of `kafka.topic.names` (it would
+apply to nothing), and a connector that writes one table warns about them. The table-scoped keys are:
+"""
+
+
 def markdown() -> str:
     """The reference table of every key, as committed in docs/configuration.md."""
     rows = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     for s in SETTINGS:
         default = "**required**" if s.required else f"`{s.default_text}`" if s.default_text else "(none)"
         rows.append(f"| `{s.name}` | {_cell(s.kind.label)} | {_cell(default)} | {_cell(s.doc)} |")
-    return _MARKDOWN_HEADER + inference_markdown() + types_markdown() + "\n".join(rows) + "\n"
+    return (_MARKDOWN_HEADER + inference_markdown() + types_markdown() + tables_markdown() + "## Keys\n\n"
+            + "\n".join(rows) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -138,7 +138,7 @@ class CoordinatorService:
         self._draining = False
         self._drained = False
         self._regex_topics: set[str] | None = None  # the topics kafka.topic.regex matched at the last START
-        self._upkeep = Upkeep(UpkeepSettings.from_config(cfg), self.store.root.delta_uri, self.sink.delta,
+        self._upkeep = Upkeep(UpkeepSettings.from_config(cfg), self.store.root.spark_path, self.sink.delta,
                               self._spark_session, self.store.read_bytes)
         self._compaction_seen = None  # the last round of compaction the metrics count
 

@@ -108,9 +108,10 @@ def drain(sink, cfg, ends: dict[tuple[str, int], int], what: str, timeout_s: flo
     """Wait until the table's committed offsets (what recovery reads) reach `ends` while the in-process roles of
     `sink` (tests/integration/test_table_features.py Sink) run without error: every record handled."""
     from bench.harness import wait_until
+    from connector.storage.store import Store
     from connector.table.sink import DeltaTableSink
 
-    reader = DeltaTableSink(cfg.table_path, cfg.name)
+    reader = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg))
 
     def done():
         assert not sink.errors, {role: str(error) for role, error in sink.errors.items()}

@@ -114,8 +114,9 @@ class Upkeep:
 
     def __init__(self, settings: UpkeepSettings, table_uri: str, delta: Callable[[], Any],
                  spark: Callable[[], Any], read_text: Callable[[str], bytes | None]) -> None:
-        """`delta`: the table's newest delta-rs snapshot (None before it exists); `spark`: the coordinator's Spark
-        session; `read_text`: a file of the table location by its relative path (None when missing)."""
+        """`table_uri`: the table as Spark reads it (s3a:// on S3); `delta`: the table's newest delta-rs snapshot
+        (None before it exists); `spark`: the coordinator's Spark session; `read_text`: a file of the table location
+        by its relative path (None when missing)."""
         self.settings = settings
         self._uri, self._delta, self._spark, self._read = table_uri, delta, spark, read_text
         self._session = None

@@ -1,6 +1,6 @@
-"""Another writer maintains the table while lakesink commits (I2): OPTIMIZE and checkpoints run concurrently
-with the connector's appends; then, with the connector killed mid-transaction, old log files are cleaned up
-behind a checkpoint and VACUUM RETAIN 0 HOURS removes every unreferenced data file. The committed offsets
+"""Another writer maintains the table while lakesink commits (I2): OPTIMIZE, checkpoints and a VACUUM of Delta's
+default retention run concurrently with the connector's appends; then, with the connector killed mid-transaction,
+old log files are cleaned up behind a checkpoint and VACUUM RETAIN 0 HOURS removes every unreferenced data file. The committed offsets
 survive (the SetTransaction action is in the checkpoint, the manifests under `_lakesink/` are not touched), and
 after a restart every record is in the table exactly once.
 
@@ -66,8 +66,9 @@ def _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluste
     run = c.start("run")
     c.wait_rows_above(0, (run,), what="a first commit")
 
-    # Concurrent: three rounds of OPTIMIZE and a checkpoint against the connector's appends.
-    done = {"optimize": 0, "checkpoint": 0, "conflicts": 0}
+    # Concurrent: three rounds of OPTIMIZE, a checkpoint and a VACUUM (Delta's default retention) against the
+    # connector's appends and its own compaction.
+    done = {"optimize": 0, "checkpoint": 0, "vacuum": 0, "conflicts": 0}
     deadline = time.monotonic() + 150
     while done["optimize"] < 3:
         assert time.monotonic() < deadline, f"maintenance rounds did not finish in time: {done}"
@@ -77,6 +78,8 @@ def _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluste
             done["optimize"] += 1
             checkpoint(spark, table)
             done["checkpoint"] += 1
+            spark.sql(f"VACUUM delta.`{table}`").collect()
+            done["vacuum"] += 1
         except (Py4JJavaError, PySparkException) as exc:  # a concurrent commit may win: Delta's own conflict
             if "Concurrent" not in str(exc):
                 raise

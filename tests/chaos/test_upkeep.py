@@ -13,6 +13,7 @@ import pytest
 from bench.harness import chaos_config, wait_until
 from connector.table.sink import DeltaTableSink
 from tests.chaos.harness import Cluster
+from tests.chaos.test_maintenance import SMALL_TABLE_CONF
 from tests.chaos.test_upsert import PARTITIONS, _committed, _ends, _events, _fold, _produce, _table_rows, config_name
 
 pytestmark = pytest.mark.chaos
@@ -37,6 +38,9 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
                          "vacuum.retention.hours=1\nvacuum.retention.check.enabled=false\n")
     c = Cluster(tmp_path, config)
     stop = threading.Event()
+    saved = {key: spark.conf.get(key, None) for key in SMALL_TABLE_CONF}
+    for key, value in SMALL_TABLE_CONF.items():  # the session's Spark is shared: restored at the end
+        spark.conf.set(key, value)
     table = c.table.root.key
     own = {"optimize": 0, "vacuum": 0, "conflicts": 0}
     try:
@@ -48,7 +52,7 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
             c.wait_fault(coordinator)
             c.assert_alive(worker)
         coordinator = c.start("coordinator")
-        while producing.is_alive() or own["optimize"] < 2:  # the user's maintenance beside the connector's
+        while producing.is_alive() or not own["vacuum"]:  # the user's maintenance beside the connector's
             c.assert_alive(worker, coordinator)
             try:
                 spark.sql(f"OPTIMIZE delta.`{table}`").collect()
@@ -75,3 +79,5 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
     finally:
         stop.set()
         c.close()
+        for key, value in saved.items():
+            spark.conf.set(key, value) if value is not None else spark.conf.unset(key)

@@ -37,6 +37,10 @@ def _config(tmp_path, bootstrap, topic, **extra):
         "compaction.min.files": "4", **{k: str(v) for k, v in extra.items()}})
 
 
+def _log(table, version: int) -> list[dict]:
+    return [json.loads(line) for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines()]
+
+
 def _trickle(bootstrap, topic, cfg, sink, rounds: int, first: int) -> None:
     """`rounds` small batches from round `first` on, each committed before the next: a tiny file per partition per
     round."""
@@ -57,7 +61,7 @@ def test_a_trickle_with_compaction_and_vacuum_keeps_few_files_every_row_once_and
     topic = make_topic(partitions=2)
     cfg = _config(tmp_path, kafka_bootstrap, topic, **{
         "vacuum.enabled": "true", "vacuum.interval.ms": "20000", "vacuum.retention.hours": "1",
-        "vacuum.retention.check.enabled": "false"})
+        "vacuum.retention.check.enabled": "false", "compaction.zorder.by": "id"})
     table = tmp_path / "tables" / "events"
     with Sink(cfg, spark) as sink:
         _trickle(kafka_bootstrap, topic, cfg, sink, 1, 0)
@@ -71,6 +75,7 @@ def test_a_trickle_with_compaction_and_vacuum_keeps_few_files_every_row_once_and
         _trickle(kafka_bootstrap, topic, cfg, sink, ROUNDS - 1, 1)
         upkeep = sink.coordinator._upkeep
         wait_until(lambda: (upkeep.last_vacuum or {}).get("at", 0) > planted_at, 60, "a VACUUM after the planting")
+        wait_until(lambda: not upkeep.busy, 60, "the upkeep round to end")
         assert not sink.errors
         compactions = sink.coordinator.metrics.value("compaction_runs_total")
     assert not stale.exists() and in_flight.exists(), "VACUUM deletes what retention lets it, nothing younger"
@@ -78,13 +83,18 @@ def test_a_trickle_with_compaction_and_vacuum_keeps_few_files_every_row_once_and
     history = dt.history()
     optimized = [h["version"] for h in history if h.get("operation") == "OPTIMIZE"]
     assert optimized and compactions >= 1, [h.get("operation") for h in history]
+    assert all(json.loads(h["operationParameters"]["zOrderBy"]) == ["id"] for h in history
+               if h.get("operation") == "OPTIMIZE"), "compaction.zorder.by"
     stats = file_stats(dt, ("region",), cfg.file_target_bytes // 2)
     writes = sum(1 for h in history if h.get("operation") not in ("OPTIMIZE", "VACUUM START", "VACUUM END"))
     report(f"compaction: {writes} commits over 2 partitions left {stats.files} data files "
            f"({len(optimized)} OPTIMIZE commits)")
-    # without compaction every commit adds a file per partition; with it, a partition holds fewer small files
-    # than compaction.min.files plus the ones one commit adds
-    assert max(stats.small_by_partition.values()) < cfg.compaction_min_files + 2, stats
+    # every commit adds a file per partition; compaction looks again once compaction.min.files more were added,
+    # so a partition never holds twice that many
+    added = sum(1 for version in range(dt.version() + 1) for action in _log(table, version)
+                if action.get("add", {}).get("dataChange"))
+    assert max(stats.small_by_partition.values()) < 2 * cfg.compaction_min_files, stats
+    assert stats.files * 2 <= added, (stats, added)
     expected = list(range(ROUNDS * PER_ROUND))
     rows = spark.read.format("delta").load(cfg.table_path).select("id").collect()
     assert sorted(r["id"] for r in rows) == expected
@@ -98,3 +108,28 @@ def test_a_trickle_with_compaction_and_vacuum_keeps_few_files_every_row_once_and
     assert sorted(map(tuple, before.collect())) == sorted(map(tuple, after.collect())), "time travel across it"
     audit = verify(cfg)
     assert audit.ok and audit.totals()["rows"] == ROUNDS * PER_ROUND, audit.render()
+
+
+def test_compaction_of_a_table_on_s3(kafka_bootstrap, make_topic, tmp_path, spark, s3_server):
+    topic = make_topic(partitions=2)
+    prefix = f"upkeep-{uuid.uuid4().hex[:8]}"
+    cfg = _config(tmp_path, kafka_bootstrap, topic, **{
+        "target.base.path": f"s3://{s3_server.bucket}/{prefix}/tables", "s3.endpoint": s3_server.endpoint,
+        "s3.path.style.access.enabled": "true", "aws.access.key.id": s3_server.access_key,
+        "aws.secret.access.key": s3_server.secret_key, "compaction.min.files": "3"})
+    rounds = 5
+    with Sink(cfg, spark) as sink:
+        _trickle(kafka_bootstrap, topic, cfg, sink, rounds, 0)
+        wait_until(lambda: not sink.coordinator._upkeep.busy, 60, "the compaction round to end")
+        assert not sink.errors
+    dt = sink.coordinator.sink.delta()
+    optimized = [h["version"] for h in dt.history() if h.get("operation") == "OPTIMIZE"]
+    assert optimized, [h.get("operation") for h in dt.history()]
+    expected = list(range(rounds * PER_ROUND))
+    assert sorted(r["id"] for r in spark.read.format("delta").load(sink.coordinator.store.root.spark_path)
+                  .select("id").collect()) == expected
+    before = spark.read.format("delta").option("versionAsOf", min(optimized) - 1).load(
+        sink.coordinator.store.root.spark_path).collect()
+    assert sorted(map(tuple, before)) == sorted(map(tuple, spark.read.format("delta").option(
+        "versionAsOf", min(optimized)).load(sink.coordinator.store.root.spark_path).collect()))
+    assert verify(cfg).ok
