@@ -64,7 +64,7 @@ def test_six_topics_into_five_tables_exactly_once_each_through_two_kills(kafka_b
     cfg = load_config(config)
     tables = {p.table: p for p in plan(cfg)}
     assert sorted(tables) == sorted([f"{prefix}_a", f"{prefix}_b", "orders", "clicks", "views"])
-    per_round, rounds = 300, 3
+    per_round, rounds = 200, 3
     log = tmp_path / "run.log"
     began = time.monotonic()
     for round_ in range(rounds):

@@ -28,7 +28,7 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
 
     rng = random.Random(29)
     changes = [(rng.randrange(120), rng.choice(("upsert",) * 4 + ("delete",)), rng.randrange(1, 10_000),
-                rng.randrange(1_000_000), rng.random() < 0.1) for _ in range(500)]
+                rng.randrange(1_000_000), rng.random() < 0.1) for _ in range(400)]
     events = list(_events(changes, "offset-hard", tombstones=True))
     topic = make_topic(partitions=PARTITIONS)
     config = chaos_config(tmp_path, kafka_bootstrap, topic, **{

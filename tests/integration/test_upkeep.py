@@ -23,7 +23,7 @@ from tests.support import drain
 
 pytestmark = pytest.mark.integration
 
-ROUNDS = 10
+ROUNDS = 8
 PER_ROUND = 12
 
 
