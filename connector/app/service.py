@@ -182,10 +182,7 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
     roles = Roles(metrics, stall_s=(cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms) / 1000,
                   connector=cfg.name, dead_letter_txns=cfg.health_deadletter_transactions if coordinator else 0)
     install_signal_handlers(roles.stop, roles.drain if coordinator else None)
-    log.info("starting %s with %s", "+".join(n for n, on in (("coordinator", coordinator), ("worker", worker)) if on),
-             " ".join(f"{k}={v}" for k, v in cfg.describe().items() if v != ""))
-    for warning in cfg.warnings():
-        log.warning("%s", warning)
+    _starting(cfg, coordinator, worker, "")
     if coordinator:
         from coordinator.service import CoordinatorService
 
@@ -196,20 +193,7 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
         from participant.worker import Worker
 
         roles.add("worker", Worker(cfg, metrics=metrics).run)
-    server = MetricsServer(metrics, roles.health, cfg.metrics_port, cfg.metrics_host).start() \
-        if cfg.metrics_port > 0 else None
-    try:
-        roles.run(timeout_s, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
-    finally:
-        if server is not None:
-            server.stop()
-        if roles.stuck:
-            log.error("%s did not stop within shutdown.timeout.ms=%d; exiting without waiting for them "
-                      "(nothing past the last Delta commit is acknowledged, a restart re-reads it)",
-                      " and ".join(roles.stuck), cfg.shutdown_timeout_ms)
-            _hard_exit(1)
-    log.info("stopped cleanly")
-    return 0
+    return _serve(cfg, roles, metrics, timeout_s)
 
 
 def _run_tables(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: float | None) -> int:
@@ -221,22 +205,32 @@ def _run_tables(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s:
                                                   for own in cfg.table_settings.values())
     tables = Tables(cfg, coordinator, worker, SharedSpark(lambda: build_spark(cfg, data_jobs)))
     install_signal_handlers(tables.stop, tables.drain if coordinator else None)
-    log.info("starting %s for the tables of %s with %s",
-             "+".join(n for n, on in (("coordinator", coordinator), ("worker", worker)) if on), cfg.name,
-             " ".join(f"{k}={v}" for k, v in cfg.describe().items() if v != ""))
+    _starting(cfg, coordinator, worker, f" for the tables of {cfg.name}")
+    return _serve(cfg, tables, tables.metrics, timeout_s)
+
+
+def _starting(cfg: LakesinkConfig, coordinator: bool, worker: bool, what: str) -> None:
+    """The start-up lines: the roles and every setting (secrets masked), then a warning per key without effect."""
+    log.info("starting %s%s with %s", "+".join(n for n, on in (("coordinator", coordinator), ("worker", worker)) if on),
+             what, " ".join(f"{k}={v}" for k, v in cfg.describe().items() if v != ""))
     for warning in cfg.warnings():
         log.warning("%s", warning)
-    server = MetricsServer(tables.metrics, tables.health, cfg.metrics_port, cfg.metrics_host).start() \
+
+
+def _serve(cfg: LakesinkConfig, loops: Any, metrics: Any, timeout_s: float | None) -> int:
+    """Run `loops` (Roles, or connector.app.tables.Tables: `run`, `health`, `stuck`) with /metrics and /health
+    served from `metrics`, until they stop; a stop past shutdown.timeout.ms exits the process with code 1."""
+    server = MetricsServer(metrics, loops.health, cfg.metrics_port, cfg.metrics_host).start() \
         if cfg.metrics_port > 0 else None
     try:
-        tables.run(timeout_s, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
+        loops.run(timeout_s, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
     finally:
         if server is not None:
             server.stop()
-        if tables.stuck:
+        if loops.stuck:
             log.error("%s did not stop within shutdown.timeout.ms=%d; exiting without waiting for them "
                       "(nothing past the last Delta commit is acknowledged, a restart re-reads it)",
-                      " and ".join(tables.stuck), cfg.shutdown_timeout_ms)
+                      " and ".join(loops.stuck), cfg.shutdown_timeout_ms)
             _hard_exit(1)
     log.info("stopped cleanly")
     return 0
