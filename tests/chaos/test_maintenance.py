@@ -9,6 +9,7 @@ concurrent append has written but not committed yet, for any Delta writer; that 
 guards against, not something a connector can prevent."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -37,11 +38,18 @@ def txn_version(path, app_id):
 
 
 def test_optimize_checkpoint_log_cleanup_and_vacuum(spark, kafka_bootstrap, make_topic, tmp_path, cluster_of):
+    with small_table_conf(spark):
+        _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluster_of)
+
+
+@contextlib.contextmanager
+def small_table_conf(spark):
+    """SMALL_TABLE_CONF on the session for a block: the session's Spark is shared, so it is restored after."""
     saved = {key: spark.conf.get(key, None) for key in SMALL_TABLE_CONF}
-    for key, value in SMALL_TABLE_CONF.items():  # the session's Spark is shared: restored at the end
+    for key, value in SMALL_TABLE_CONF.items():
         spark.conf.set(key, value)
     try:
-        _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluster_of)
+        yield
     finally:
         for key, value in saved.items():
             spark.conf.set(key, value) if value is not None else spark.conf.unset(key)

@@ -13,7 +13,7 @@ import pytest
 from bench.harness import chaos_config, wait_until
 from connector.table.sink import DeltaTableSink
 from tests.chaos.harness import Cluster
-from tests.chaos.test_maintenance import SMALL_TABLE_CONF
+from tests.chaos.test_maintenance import small_table_conf
 from tests.chaos.test_upsert import PARTITIONS, _committed, _ends, _events, _fold, _produce, _table_rows, config_name
 
 pytestmark = pytest.mark.chaos
@@ -23,9 +23,6 @@ UPKEEP_STEPS = ("coordinator.during-optimize", "coordinator.during-vacuum")
 
 def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts(
         spark, kafka_bootstrap, make_topic, tmp_path, report):
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
     rng = random.Random(29)
     changes = [(rng.randrange(120), rng.choice(("upsert",) * 4 + ("delete",)), rng.randrange(1, 10_000),
                 rng.randrange(1_000_000), rng.random() < 0.1) for _ in range(400)]
@@ -38,9 +35,6 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
                          "vacuum.retention.hours=1\nvacuum.retention.check.enabled=false\n")
     c = Cluster(tmp_path, config)
     stop = threading.Event()
-    saved = {key: spark.conf.get(key, None) for key in SMALL_TABLE_CONF}
-    for key, value in SMALL_TABLE_CONF.items():  # the session's Spark is shared: restored at the end
-        spark.conf.set(key, value)
     table = c.table.root.key
     own = {"optimize": 0, "vacuum": 0, "conflicts": 0}
     try:
@@ -52,18 +46,8 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
             c.wait_fault(coordinator)
             c.assert_alive(worker)
         coordinator = c.start("coordinator")
-        while producing.is_alive() or not own["vacuum"]:  # the user's maintenance beside the connector's
-            c.assert_alive(worker, coordinator)
-            try:
-                spark.sql(f"OPTIMIZE delta.`{table}`").collect()
-                own["optimize"] += 1
-                spark.sql(f"VACUUM delta.`{table}`").collect()
-                own["vacuum"] += 1
-            except (Py4JJavaError, PySparkException) as exc:  # a concurrent commit may win: Delta's own conflict
-                if "Concurrent" not in str(exc):
-                    raise
-                own["conflicts"] += 1
-            time.sleep(1)
+        with small_table_conf(spark):
+            _maintain(spark, table, own, producing, c, (worker, coordinator))
         sink = DeltaTableSink(str(table), config_name(config), store=c.table)
         ends = _ends(events)
         wait_until(lambda: c.assert_alive(worker, coordinator) or _committed(sink) == ends, 240,
@@ -79,5 +63,22 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
     finally:
         stop.set()
         c.close()
-        for key, value in saved.items():
-            spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
+
+
+def _maintain(spark, table, own: dict, producing: threading.Thread, c: Cluster, alive: tuple) -> None:
+    """The user's OPTIMIZE and VACUUM beside the connector's, while the changes are produced and once at least."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    while producing.is_alive() or not own["vacuum"]:
+        c.assert_alive(*alive)
+        try:
+            spark.sql(f"OPTIMIZE delta.`{table}`").collect()
+            own["optimize"] += 1
+            spark.sql(f"VACUUM delta.`{table}`").collect()
+            own["vacuum"] += 1
+        except (Py4JJavaError, PySparkException) as exc:  # a concurrent commit may win: Delta's own conflict
+            if "Concurrent" not in str(exc):
+                raise
+            own["conflicts"] += 1
+        time.sleep(1)
