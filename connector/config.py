@@ -477,7 +477,10 @@ class LakesinkConfig(BaseModel):
         Key(TOPIC, "Single-partition topic of the coordinator/participant protocol; connectors may share it."),
     ] = "lakesink-control"
     transaction_interval_ms: Annotated[
-        int, Key(POSITIVE, "How long a transaction collects records before the coordinator commits it.")
+        int, Key(POSITIVE, "How long a transaction collects records before the coordinator commits it. A "
+                           "transaction that reads a backlog (a partition with more records waiting at its start "
+                           "than one interval brings) ends as soon as every partition has read what it held then, "
+                           "and is committed without waiting for the interval.")
     ] = 60000
     commit_max_records: Annotated[
         int,

@@ -18,9 +18,13 @@ the next Commit, so a discarded txn never moves it. Any other partition without 
 later, or with kafka.auto.offset.reset=earliest) starts at its beginning (None in the START).
 
 A txn ENDs when its interval is over, or earlier when what the workers report they hold for it (BUFFERED, summed
-over the workers' latest) reaches `max_records` or `max_bytes` (0: no such limit). A txn that reaches a limit while
-the previous txn's commit is outstanding ENDs as soon as that commit goes through. Each Commit says why its txn
-ended (`ended_by`: interval, size or stop).
+over the workers' latest) reaches `max_records` or `max_bytes` (0: no such limit), or when the txn reads a backlog
+and every worker has read it: some partition was behind at the START (more records waiting than an interval
+brings), and every worker holding the txn's partitions says each of them has reached the high watermark it had at
+the START (a backlog is committed as soon as it is read, not when the timer fires; a stream that keeps up is ENDed
+by its interval). A txn that reaches a limit or its backlog's end while the previous txn's commit is outstanding
+ENDs as soon as that commit goes through. Each Commit says why its txn ended (`ended_by`: interval, size, caught_up
+or stop).
 """
 from __future__ import annotations
 
@@ -120,7 +124,7 @@ class Commit:
     offsets: Offsets
     resets: tuple[OffsetReset, ...] = ()
     topic_ids: TopicIds = field(default_factory=dict)  # the topic id of every topic `offsets` belong to
-    ended_by: str = "interval"  # why the txn ENDed: interval, size (commit.max.records|bytes) or stop
+    ended_by: str = "interval"  # why the txn ENDed: interval, size (commit.max.records|bytes), caught_up or stop
 
 
 Effect: TypeAlias = Send | Commit
@@ -247,6 +251,7 @@ class CoordinatorState:
         self._ended_at: float | None = None  # monotonic time of this txn's END, while collecting
         self._max_records, self._max_bytes = max_records, max_bytes
         self._buffered: dict[str, tuple[int, int]] = {}  # worker -> (records, bytes) it holds for this txn
+        self._backlogs: dict[str, tuple[int, bool]] = {}  # worker -> (backlog, caught_up) it reported for this txn
         self._end_reason = "interval"
         # worker -> the partitions it last said it holds; a partition some worker once held and none holds now is
         # not waited for (a revoked or stopped worker's partition: its next owner joins the next txn)
@@ -443,6 +448,28 @@ class CoordinatorState:
         records, size = self.buffered
         return bool(self._max_records and records >= self._max_records or self._max_bytes and size >= self._max_bytes)
 
+    def _backlog_read(self) -> bool:
+        """Some worker had a backlog at this txn's START, and every partition of the txn is held by a worker that
+        says it has read its partitions' backlogs (a partition no worker holds keeps the txn to its interval)."""
+        if not any(backlog for backlog, _ in self._backlogs.values()):
+            return False
+        covered: set[TopicPartition] = set()
+        for worker, partitions in self._owners.items():
+            mine = partitions & self._start_offsets.keys()
+            if mine:
+                if not self._backlogs.get(worker, (0, False))[1]:
+                    return False
+                covered |= mine
+        return covered >= self._start_offsets.keys()
+
+    def _early_end(self) -> str | None:
+        """Why the consuming txn ENDs before its interval now (None: it does not)."""
+        if self._size_reached():
+            return "size"
+        if self._backlog_read():
+            return "caught_up"
+        return None
+
     def _on_buffered(self, msg: Buffered) -> list[Effect]:
         """A worker's holdings for a txn: counted for the current txn while it consumes; reaching a limit ENDs it
         (once the previous commit is through, when one is outstanding)."""
@@ -450,9 +477,9 @@ class CoordinatorState:
                 or self._phase is not Phase.CONSUMING):
             return []
         self._buffered[msg.worker] = (msg.records, msg.bytes)
-        if self._committing is None and self._size_reached():
-            return self._end("size")
-        return []
+        self._backlogs[msg.worker] = (msg.backlog, msg.caught_up)
+        reason = self._early_end() if self._committing is None else None
+        return [] if reason is None else self._end(reason)
 
     def _on_assignment(self, msg: Assignment) -> list[Effect]:
         """Any epoch's: a worker's assignment is a fact about the consumer group, not about a txn."""
@@ -523,6 +550,7 @@ class CoordinatorState:
         self._resets = {reset.topic_partition: reset for reset in resets}
         self._received = {}
         self._buffered = {}
+        self._backlogs = {}
         self._phase = Phase.CONSUMING
         self._deadline = Deadline.after(self._clock, self._interval_s)
         start = StartCommit(self._connector, self._epoch, txn, dict(self._start_offsets), sent_at=self._clock.wall())
@@ -575,8 +603,9 @@ class CoordinatorState:
         pipelining no txn was started on them: START it now."""
         if self._txn == commit.txn:
             return self._start(self._txn + 1, self._committed, self._committed_ids)
-        if self._phase is Phase.CONSUMING and self._size_reached():
-            return self._end("size")
+        reason = self._early_end() if self._phase is Phase.CONSUMING else None
+        if reason is not None:
+            return self._end(reason)
         if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired():
             return self._end()
         return []

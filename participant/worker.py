@@ -87,6 +87,9 @@ class PartitionRunner:
     # letters, and when to produce the unconfirmed ones again
     staged: tuple | None = None
     retry_at: Deadline | None = None
+    # ((epoch, txn), the high watermark to read up to in it, or None when it was not behind at its START)
+    backlog: tuple | None = None
+    mark: tuple[int, float] | None = None  # (high watermark, monotonic time) when it was last looked at
 
     def forget_failures(self) -> None:
         """A txn ends for this partition (reported, discarded or a new one begins): its failure counts start over."""
@@ -128,7 +131,8 @@ class Worker:
         self._latest_start: StartCommit | None = None
         self._latest_end: EndCommit | None = None
         self._announced: tuple | None = None  # (epoch, partitions, registry_waiting) of the last Assignment sent
-        self._buffered_sent: tuple = ((-1, -1), 0, 0)  # ((epoch, txn), records, bytes) of the last BUFFERED sent
+        # ((epoch, txn), records, bytes, backlog, caught_up) of the last BUFFERED sent
+        self._buffered_sent: tuple = ((-1, -1), 0, 0, 0, False)
         self._subscribed: list[str] | None = None  # the topics the consumer subscribes to
         self._topics_due: Deadline | None = None  # kafka.topic.regex: when to look for new matching topics
         self._store = Store.for_config(cfg)
@@ -629,39 +633,88 @@ class Worker:
         log.info("worker %s revoked %s", self.worker_id, sorted(f"{t.topic}-{t.partition}" for t in partitions))
 
     def _report_buffered(self) -> None:
-        """With commit.max.records or commit.max.bytes set, tell the coordinator what this worker holds for the
-        current txn (BUFFERED) each time it has grown by a step, 1/64 of a limit, since the last report: the
-        coordinator ENDs the txn once the workers' sum reaches the limit. A worker that alone holds a limit stops
-        reading for the txn (its partitions pause until the next START, which seeks them back to where the txn's
-        records end), so a txn overshoots a limit by at most one consume batch per worker, however late the END."""
+        """Tell the coordinator what this worker holds for the current txn (BUFFERED): with commit.max.records or
+        commit.max.bytes set, each time it has grown by a step, 1/64 of a limit, since the last report (the
+        coordinator ENDs the txn once the workers' sum reaches the limit), and whenever its backlog view changes
+        (`_backlog`). A worker that alone holds a limit stops reading for the txn (its partitions pause until the
+        next START, which seeks them back to where the txn's records end), so a txn overshoots a limit by at most
+        one consume batch per worker, however late the END."""
         cfg, start = self.cfg, self._latest_start
-        if not (cfg.commit_max_records or cfg.commit_max_bytes) or start is None:
+        if start is None:
             return
-        records = size = 0
+        txn = (start.epoch, start.txn)
         current = [runner for runner in self.runners.values()
                    if runner.writer is not None and runner.state.phase is Phase.CONSUMING
-                   and (runner.state.epoch, runner.state.txn) == (start.epoch, start.txn)]
-        for runner in current:
-            records += runner.writer.rows
-            size += runner.writer.bytes
-        txn, sent_records, sent_bytes = self._buffered_sent
-        if txn != (start.epoch, start.txn):
-            sent_records = sent_bytes = 0
+                   and (runner.state.epoch, runner.state.txn) == txn]
+        records = sum(runner.writer.rows for runner in current)
+        size = sum(runner.writer.bytes for runner in current)
+        backlog, caught_up = self._backlog(start, current)
+        sent_txn, sent_records, sent_bytes, sent_backlog, sent_caught_up = self._buffered_sent
+        if sent_txn != txn:
+            sent_records = sent_bytes = sent_backlog = 0
+            sent_caught_up = False
         full = cfg.commit_max_records and records >= cfg.commit_max_records \
             or cfg.commit_max_bytes and size >= cfg.commit_max_bytes
         grown = (cfg.commit_max_records and records - sent_records >= max(1, cfg.commit_max_records // 64)
                  or cfg.commit_max_bytes and size - sent_bytes >= max(1, cfg.commit_max_bytes // 64))
         if full:
-            held = [r for r in current if r.held != (start.epoch, start.txn)]
+            held = [r for r in current if r.held != txn]
             if held:
                 self._hold(held)
                 log.info("holding %d records (%d bytes) for txn %d, a commit limit: reading again at the next "
                          "START", records, size, start.txn)
-        if not grown and not (full and (records, size) != (sent_records, sent_bytes)):
+        changed = (backlog, caught_up) != (sent_backlog, sent_caught_up)
+        if not grown and not changed and not (full and (records, size) != (sent_records, sent_bytes)):
             return
         self._channel.send(Buffered(cfg.name, start.epoch, start.txn, worker=self.worker_id, records=records,
-                                    bytes=size), flush=False)
-        self._buffered_sent = ((start.epoch, start.txn), records, size)
+                                    bytes=size, backlog=backlog, caught_up=caught_up), flush=False)
+        self._buffered_sent = (txn, records, size, backlog, caught_up)
+
+    def _backlog(self, start: StartCommit, current: list[PartitionRunner]) -> tuple[int, bool]:
+        """(how many of this worker's partitions of the txn were behind at its START, whether every one of them
+        has been looked at and has read up to the high watermark it had then). A partition is behind when more
+        records wait at the START than it received in one transaction interval, at the rate its high watermark
+        grew since it was last looked at (any record waiting, the first time): a backlog, which the txn commits as
+        soon as it is read, rather than when the interval is over. The high watermarks are the consumer's cached
+        ones (no broker round trip); a partition without one yet is looked at once its first fetch brings it."""
+        txn = (start.epoch, start.txn)
+        mine = [runner for key, runner in self.runners.items() if key in start.offsets]
+        if not mine or len(mine) != len(current):
+            return 0, False  # some partition of the txn is not reading it yet
+        backlog, caught_up = 0, True
+        for runner in current:
+            if runner.backlog is None or runner.backlog[0] != txn:
+                if not self._look_at(runner, txn):
+                    caught_up = False
+                    continue
+            end = runner.backlog[1]
+            if end is None:
+                continue
+            backlog += 1
+            position = runner.state.position
+            if runner.held != txn and not runner.out_of_range and (position is None or position < end):
+                caught_up = False
+        return backlog, caught_up
+
+    def _look_at(self, runner: PartitionRunner, txn: tuple) -> bool:
+        """Decide whether `runner`'s partition was behind at the START of `txn` (False: no high watermark yet)."""
+        try:
+            marks = self._consumer.get_watermark_offsets(KafkaTP(*runner.key), cached=True)
+        except KafkaException:
+            return False
+        if marks is None or marks[1] < 0:
+            return False
+        low, high = marks
+        start = runner.state.start_offset
+        waiting = high - (low if start is None else start)
+        now = self.clock.monotonic()
+        per_interval = 0.0
+        if runner.mark is not None and now > runner.mark[1]:
+            rate = max(0, high - runner.mark[0]) / (now - runner.mark[1])
+            per_interval = rate * self.cfg.transaction_interval_ms / 1000
+        runner.backlog = (txn, high if waiting > per_interval else None)
+        runner.mark = (high, now)
+        return True
 
     def _announce(self, force: bool = False, flush: bool = True) -> None:
         """Tell the coordinator which partitions this worker holds, and `lakesink status` which of them wait for the

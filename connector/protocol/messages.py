@@ -153,13 +153,19 @@ class Assignment(_Envelope):
 @dataclass(frozen=True)
 class Buffered(_Envelope):
     """What a worker holds for txn `txn` so far, over all its partitions: the records it staged and their bytes
-    (Arrow bytes buffered plus file bytes written). Sent as it grows, only with `commit.max.records` or
+    (Arrow bytes buffered plus file bytes written), sent as it grows, with `commit.max.records` or
     `commit.max.bytes` set: the coordinator sums the workers' latest and ENDs the txn early when a limit is
-    reached. Older versions skip it as an unknown type."""
+    reached. Also sent when its backlog view changes: `backlog` counts its partitions of the txn that were behind
+    at the txn's START (more records waiting than an interval brings), and `caught_up` says that every partition
+    of the txn has been looked at and each of those has read up to the high watermark it had then; the
+    coordinator ENDs a txn early once every worker is caught up and some had a backlog. Older versions skip it as
+    an unknown type; a message without the backlog fields counts as no backlog and not caught up."""
 
     worker: str
     records: int
     bytes: int
+    backlog: int = 0
+    caught_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -292,6 +298,12 @@ def _count(value: object) -> int:
     raise DecodeError(f"expected a non-negative integer, got {value!r}")
 
 
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise DecodeError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _optional_count(value: object) -> int | None:
     return None if value is None else _count(value)
 
@@ -395,4 +407,6 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "registry_error": _optional_str,
     "attempts": _count,
     "identity": _object,
+    "backlog": _count,
+    "caught_up": _flag,
 }

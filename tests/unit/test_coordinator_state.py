@@ -464,3 +464,68 @@ def test_a_txn_full_while_the_previous_commit_is_outstanding_ends_when_it_goes_t
     acked = coord.on_committed(3, {P0: 15, P1: 25})
     [ack, end] = sent(acked)
     assert isinstance(ack, AckCommit) and isinstance(end, EndCommit) and end.txn == 2
+
+
+# --- backlogs: a txn that reads a backlog ENDs once every worker has read it ------------------------------------
+
+def backlog_report(worker: str, backlog: int, caught_up: bool, *, txn: int = 1) -> Buffered:
+    return Buffered("sink", 1, txn, worker=worker, records=0, bytes=0, backlog=backlog, caught_up=caught_up)
+
+
+def held(coord: CoordinatorState, **owners: tuple[TopicPartition, ...]) -> None:
+    for worker, partitions in owners.items():
+        coord.on_message(Assignment("sink", 1, 1, worker=worker, partitions=partitions))
+
+
+def test_a_backlog_txn_ends_once_every_worker_has_read_what_its_partitions_held_at_the_start() -> None:
+    coord, _ = sized()
+    held(coord, w1=(P0,), w2=(P1,))
+    assert coord.on_message(backlog_report("w1", 1, True)) == []  # w2 has not said it is caught up
+    assert coord.on_message(backlog_report("w2", 0, False)) == [] and coord.phase is Phase.CONSUMING
+    [end] = sent(coord.on_message(backlog_report("w2", 0, True)))  # w2 had no backlog, and has looked
+    assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_caught_up"] == 1
+    coord.on_message(status(P0, 10, 500))
+    [commit] = [e for e in coord.on_message(status(P1, 20, 21)) if isinstance(e, Commit)]
+    assert commit.ended_by == "caught_up"
+
+
+def test_a_stream_that_keeps_up_is_ended_by_its_interval() -> None:
+    coord, clock = sized()
+    held(coord, w1=(P0, P1))
+    assert coord.on_message(backlog_report("w1", 0, True)) == [] and coord.phase is Phase.CONSUMING
+    clock.advance(INTERVAL_MS / 1000)
+    [end] = sent(coord.tick())
+    assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_interval"] == 1
+
+
+def test_a_partition_no_worker_holds_keeps_a_backlog_txn_to_its_interval() -> None:
+    coord, _ = sized()
+    held(coord, w1=(P0,))
+    assert coord.on_message(backlog_report("w1", 1, True)) == [] and coord.phase is Phase.CONSUMING
+    held(coord, w2=(P1,))
+    [end] = sent(coord.on_message(backlog_report("w2", 1, True)))
+    assert isinstance(end, EndCommit)
+
+
+def test_a_backlog_read_while_the_previous_commit_is_outstanding_ends_when_it_goes_through() -> None:
+    coord, clock = sized()
+    held(coord, w=(P0, P1))
+    clock.advance(INTERVAL_MS / 1000)
+    coord.tick()
+    coord.on_message(status(P0, 10, 15))
+    coord.on_message(status(P1, 20, 25))  # txn 1 complete: START 2, Commit 1 outstanding
+    assert coord.on_message(backlog_report("w", 2, True, txn=2)) == [] and coord.phase is Phase.CONSUMING
+    [ack, end] = sent(coord.on_committed(3, {P0: 15, P1: 25}))
+    assert isinstance(ack, AckCommit) and isinstance(end, EndCommit) and end.txn == 2
+
+
+def test_a_report_of_an_earlier_txn_does_not_end_the_current_one() -> None:
+    coord, clock = sized()
+    held(coord, w=(P0, P1))
+    clock.advance(INTERVAL_MS / 1000)
+    coord.tick()
+    coord.on_message(status(P0, 10, 15))
+    coord.on_message(status(P1, 20, 25))
+    coord.on_committed(3, {P0: 15, P1: 25})
+    assert coord.txn == 2
+    assert coord.on_message(backlog_report("w", 2, True, txn=1)) == [] and coord.phase is Phase.CONSUMING

@@ -249,7 +249,8 @@ messages = st.one_of(
               partitions=st.sets(st.tuples(names, st.integers(0, 500)), max_size=4).map(lambda s: tuple(sorted(s))),
               registry_waiting=st.sets(st.tuples(names, st.integers(0, 500)), max_size=2).map(sorted).map(tuple),
               registry_error=st.none() | st.text(max_size=20)),
-    st.builds(Buffered, **envelope, worker=names, records=counts, bytes=counts),
+    st.builds(Buffered, **envelope, worker=names, records=counts, bytes=counts, backlog=counts,
+              caught_up=st.booleans()),
 )
 
 
@@ -312,6 +313,18 @@ def test_an_end_without_offsets_decodes_as_one_with_none() -> None:
     del body["offsets"]
     assert decode(_bytes(body)).offsets is None
     assert decode(encode(EndCommit("sink", 3, 7, offsets={("t", 0): 4}))).offsets == {("t", 0): 4}
+
+
+def test_a_buffered_of_an_earlier_version_has_no_backlog_and_a_caught_up_must_be_a_flag() -> None:
+    report = Buffered("sink", 3, 7, worker="w", records=5, bytes=9, backlog=2, caught_up=True)
+    assert decode(encode(report)) == report
+    body = _body(report)
+    del body["backlog"], body["caught_up"]
+    older = decode(_bytes(body))
+    assert (older.records, older.backlog, older.caught_up) == (5, 0, False)
+    body["caught_up"] = 1
+    with pytest.raises(DecodeError, match="caught_up: expected true or false"):
+        decode(_bytes(body))
 
 
 def test_an_assignment_lists_each_partition_once() -> None:
