@@ -472,6 +472,18 @@ class LakesinkConfig(BaseModel):
         ),
     ] = None
 
+    tasks_max: Annotated[
+        int,
+        Key(POSITIVE, "How many workers `lakesink run` runs, Kafka Connect's name for it: the first beside the "
+                      "coordinator in its process, each further one a `lakesink worker` child process of the same "
+                      "configuration file, in the same consumer group, so that the partitions' records are read and "
+                      "converted on as many cores. A child that exits stops `run` like any failed role; a child "
+                      "outlives no `run` (it stops with it, even when `run` is killed). Each child's `worker.id` is "
+                      "the set one with `-<n>` appended (n = 2, 3, ...), and with `metrics.port` set it serves "
+                      "`/metrics` and `/health` on `metrics.port` + n - 1. `lakesink worker` and `lakesink "
+                      "coordinator` ignore it; a connector of several tables runs one worker per table."),
+    ] = 1
+
     control_topic_name: Annotated[
         str,
         Key(TOPIC, "Single-partition topic of the coordinator/participant protocol; connectors may share it."),
@@ -900,12 +912,26 @@ class LakesinkConfig(BaseModel):
                 "kafka_topic_names": topics, "kafka_topic_regex": regex, "table_name_map": (), "route_field": None,
                 "route_topics": (), "route_tables": (), "route_field_default": None, "table_settings": {}, **own}
         try:
-            config = LakesinkConfig.model_validate(data)
+            return self._derived(data, {f"{attr.replace('_', '.')}" for attr in own})
         except ValidationError as error:
             raise ConfigError([f"table {table}: {e['msg'].removeprefix('Value error, ')}"
                                for e in error.errors()]) from None
+
+    def for_task(self, task: int) -> "LakesinkConfig":
+        """The configuration of worker `task` (2, 3, ...) of a `lakesink run` with tasks.max > 1: its own worker.id
+        (when one is set) and metrics port (when one is served)."""
+        data = {**self.__dict__}
+        if self.worker_id:
+            data["worker_id"] = f"{self.worker_id}-{task}"
+        if self.metrics_port:
+            data["metrics_port"] = self.metrics_port + task - 1
+        return self._derived(data)
+
+    def _derived(self, data: dict[str, Any], set_keys: Iterable[str] = ()) -> "LakesinkConfig":
+        """A configuration of the fields `data`, derived from this one: its secrets and set keys carry over."""
+        config = LakesinkConfig.model_validate(data)
         config._env_secrets = self._env_secrets
-        config._set_keys = self._set_keys | {f"{attr.replace('_', '.')}" for attr in own}
+        config._set_keys = self._set_keys | frozenset(set_keys)
         config._removed = self._removed
         return config
 
@@ -1320,6 +1346,8 @@ NOT_APPLYING: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] 
                                         f"{v.get('write_mode')})" if v.get("write_mode") != "upsert" else None),
     ("delete.mode", lambda v: None if v.get("delete_enabled") else
      "delete.enabled is false, so no record deletes a row"),
+    ("tasks.max", lambda v: "a connector of several tables runs one worker per table"
+     if TABLE_TEMPLATE in v.get("target_table_name", "") or v.get("table_name_map") or v.get("route_field") else None),
     *((key, lambda v: None if v.get("compaction_enabled") else "compaction.enabled is false") for key in (
         "compaction.min.files", "compaction.max.duration.ms", "compaction.zorder.by")),
     *((key, lambda v: None if v.get("vacuum_enabled") else "vacuum.enabled is false") for key in (

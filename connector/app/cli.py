@@ -95,9 +95,14 @@ def _cmd_run(args) -> int:
     from connector.app.service import run_roles
 
     cfg = _load(args)
+    if getattr(args, "task", None):  # a worker task that `lakesink run` started (tasks.max > 1)
+        from connector.app.tasks import follow_parent
+
+        follow_parent(args.parent)
+        cfg = cfg.for_task(args.task)
     setup_for(cfg, verbose=args.verbose)
     return run_roles(cfg, coordinator=args.command in ("run", "coordinator"), worker=args.command in ("run", "worker"),
-                     timeout_s=args.max_seconds)
+                     timeout_s=args.max_seconds, config_path=args.config, verbose=args.verbose)
 
 
 def _cmd_status(args) -> int:
@@ -317,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", required=True, help="the .properties file")
         p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
+        if name == "worker":
+            p.add_argument("--task", type=int, default=None, help=argparse.SUPPRESS)
+            p.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)
         p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("validate", help="check a .properties file, and for an s3:// target that the bucket answers, the "

@@ -171,10 +171,11 @@ def install_signal_handlers(stop: threading.Event, drain: threading.Event | None
 
 
 def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: float | None = None,
-              metrics: Metrics | None = None) -> int:
+              metrics: Metrics | None = None, config_path: str | None = None, verbose: bool = False) -> int:
     """Run the roles until SIGTERM/SIGINT (0), a failure (raised), or `timeout_s`. With a coordinator, SIGTERM
     ends the txn in flight and commits it first. A stop that takes longer than shutdown.timeout.ms ends the
-    process with exit code 1."""
+    process with exit code 1. With both roles and tasks.max > 1, the further workers are child processes of
+    `config_path` (connector/app/tasks.py)."""
     secrets.protect(cfg)  # whoever set up logging, nothing this process writes shows a secret
     if cfg.many_tables:
         return _run_tables(cfg, coordinator, worker, timeout_s)
@@ -193,6 +194,14 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
         from participant.worker import Worker
 
         roles.add("worker", Worker(cfg, metrics=metrics).run)
+    if coordinator and worker and cfg.tasks_max > 1:
+        if config_path is None:
+            raise LakesinkError("tasks.max > 1 needs a configuration file its worker processes can read")
+        from connector.app.tasks import WorkerTask
+
+        for task in range(2, cfg.tasks_max + 1):
+            name = f"worker-{task}"
+            roles.add(name, WorkerTask(config_path, task, metrics, name, cfg.shutdown_timeout_ms / 1000, verbose).run)
     return _serve(cfg, roles, metrics, timeout_s)
 
 
