@@ -524,3 +524,15 @@ def test_topic_names_and_regex_take_exactly_one_and_a_bad_regex_says_why() -> No
     assert missing.startswith("kafka.topic.names: required key is not set") and "kafka.topic.regex" in missing
     [bad] = problems_of({"kafka.topic.regex": "orders("}, drop=("kafka.topic.names",))
     assert bad.startswith("kafka.topic.regex: expected a regular expression") and "orders(" in bad
+
+
+def test_each_worker_task_gets_its_own_worker_id_and_metrics_port_and_tasks_max_names_its_limits():
+    config = config_from_dict({**MINIMAL, "tasks.max": "3", "worker.id": "edge", "metrics.port": "9400"}, env={})
+    assert [(t.worker_id, t.metrics_port) for t in (config.for_task(2), config.for_task(3))] == \
+        [("edge-2", 9401), ("edge-3", 9402)]
+    assert config.for_task(2).name == config.name and config.warnings() == []
+    unset = config_from_dict({**MINIMAL, "tasks.max": "2"}, env={}).for_task(2)
+    assert (unset.worker_id, unset.metrics_port) == (None, 0)  # a host slot of its own, no metrics server
+    tables = config_from_dict({**MINIMAL, "tasks.max": "2", "target.table.name": "${topic}"}, env={})
+    assert tables.warnings() == ["tasks.max has no effect: a connector of several tables runs one worker per table"]
+    assert problems_of({"tasks.max": "0"})
