@@ -1,319 +1,495 @@
-"""Drive lakesink processes against a real broker and audit their table: shared by the chaos tests (tests/chaos)
-and the soak (bench/soak.py), which must not import the test suite."""
+"""The benchmarks' plumbing, shared by the modes of bench/run.py and the other benches: the processes they start
+and the memory of their process trees, child phases that report a result, the Delta log and the control topic
+watched as a phase runs, a paced producer, and percentiles. The test kit (testkit/) holds what tests/ shares."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.parse
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
 
-T = TypeVar("T")
+from testkit import create_topic
 
-DRAIN_S = 150
-
-FAULT_S = 120  # a coordinator needs its Spark session (15-30 s) before it reaches any step
-
+ROOT = Path(__file__).resolve().parents[1]
+RESULT_TAG = "BENCH_RESULT "
+POLL_S = 0.2
 
 
-def create_topic(admin, name: str, partitions: int = 1, config: dict | None = None) -> None:
-    from confluent_kafka.admin import NewTopic
-
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])
-    futures[name].result(timeout=30)
-    wait_until(lambda: name in admin.list_topics(timeout=5).topics, 30, f"topic {name} to appear")
+class PhaseFailed(RuntimeError):
+    pass
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
-    """Poll `predicate` until it returns something truthy; fail with a clear message at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last value: {last!r})")
+def say(text: str) -> None:
+    print(text, flush=True)
 
 
-def s3_settings(server, prefix: str) -> dict:
-    """The properties that put a connector's tables under s3://<bucket>/<prefix>/tables on `server` (a
-    connector.storage.local_s3.LocalS3)."""
-    return {"target.base.path": f"s3://{server.bucket}/{prefix}/tables", "s3.endpoint": server.endpoint,
-            "s3.path.style.access.enabled": "true", "aws.access.key.id": server.access_key,
-            "aws.secret.access.key": server.secret_key}
+def pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def pipeline_config(tmp_path, bootstrap: str, topic: str, s3=None, **extra) -> "Path":
-    """A connector's properties file under tmp_path; its table is tmp_path/tables/events, or on the S3 server
-    `s3` (a LocalS3) when given."""
-    import uuid
+# --- child processes ----------------------------------------------------------------------------------------
 
-    name = extra.pop("name", f"sink-{uuid.uuid4().hex[:8]}")
-    settings = {
-        "name": name,
-        "kafka.bootstrap.servers": bootstrap,
-        "kafka.topic.names": topic,
-        "control.topic.name": f"control-{name}",
-        "target.base.path": str(tmp_path / "tables"),
-        "target.table.name": "events",
-        "transaction.interval.ms": "2000",
-        "coordinator.writestatus.timeout.ms": "20000",
-        "spark.master": "local[1]",
-        "spark.driver.memory": "1g",
-    }
-    if s3 is not None:
-        settings.update(s3_settings(s3, f"{tmp_path.name}-{name}"))
-    settings.update({k: str(v) for k, v in extra.items()})
-    path = tmp_path / f"{name}.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    return path
+class Children:
+    """Every process the benchmark starts, each in its own session; all of them stopped at exit."""
 
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
 
-class LakesinkProcess:
-    """`python -m connector <role> --config F` as a child process with its own log file."""
+    def start(self, argv: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
+        log = open(log_path, "ab")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True, cwd=ROOT)
+        log.close()
+        self.procs.append(proc)
+        return proc
 
-    def __init__(self, role: str, config, log_path, env: dict | None = None, cwd=None):
-        import os
-        import subprocess
-        import sys
-
-        self.log_path = log_path
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "connector", role, "--config", str(config)],
-                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
-
-    def kill(self) -> None:
-        import os
-        import signal
-
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def terminate(self, timeout_s: float = 60) -> int:
-        import os
-        import signal
-
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
+    @staticmethod
+    def stop(proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+        """SIGTERM to the process (a clean stop), then SIGKILL to its whole session."""
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(timeout_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
         try:
-            return self.proc.wait(timeout_s)
-        except Exception:
-            self.kill()
-            raise AssertionError(f"lakesink did not stop within {timeout_s} s of SIGTERM; log: {self.log_path}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        from pathlib import Path
-
-        return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.kill()
-        self._log.close()
-
-
-def table_store(config: "Path"):
-    """The connector.storage.store.Store of the table a properties file names (local or S3)."""
-    from connector.config import load_config
-    from connector.storage.store import Store
-
-    return Store.for_config(load_config(config))
-
-
-def open_table(table):
-    """The delta-rs table at `table` (a local path or a Store), None when there is none."""
-    from connector.storage.store import Location, Store
-
-    store = table if isinstance(table, Store) else Store(Location.parse(str(table)))
-    return store.delta_table()
-
-
-def lakesink_commits(table) -> "list[tuple[int, int, int, str]]":
-    """(table version, epoch, txn, instance) of every lakesink commit in the Delta log (a local path or a Store),
-    oldest first, read from the log files themselves. delta-rs's `history()` numbers its entries downwards from
-    the version its snapshot was loaded at but reads commits the store has now: while a coordinator commits, every
-    entry it returns can carry the wrong version."""
-    from connector.storage.store import Location, Store
-
-    store = table if isinstance(table, Store) else Store(Location.parse(str(table)))
-    out = []
-    for info in store.list("_delta_log"):
-        name = info.path.rsplit("/", 1)[-1]
-        if not (name.endswith(".json") and name[:-5].isdigit()):
-            continue
-        for line in (store.read_bytes(f"_delta_log/{name}") or b"").splitlines():
-            meta = json.loads(line).get("commitInfo", {}).get("userMetadata")
-            lakesink = json.loads(meta).get("lakesink") if meta and meta.startswith("{") else None
-            if isinstance(lakesink, dict):
-                out.append((int(name[:-5]), lakesink["epoch"], lakesink["txn"], lakesink["instance"]))
-    return sorted(out)
-
-
-def files_in_flight(table) -> "list[str]":
-    """Data files in the table location (a local path or a Store) that the table does not reference (yet): a
-    transaction written by participants and not committed."""
-    from connector.storage.store import Location, Store
-
-    store = table if isinstance(table, Store) else Store(Location.parse(str(table)))
-    dt = store.delta_table()
-    referenced = set() if dt is None else set(dt.get_add_actions(flatten=True).column("path").to_pylist())
-    names = (store.relative(i.path) for i in store.list("", recursive=True))
-    return [n for n in names if n.endswith(".parquet") and not n.startswith(("_delta_log/", "_lakesink/"))
-            and n not in referenced]
-
-
-def table_offsets(table) -> "list[tuple[str, int, int]]":
-    """Every (topic, partition, offset) in the table (a local path or a Store), read JVM-free with delta-rs."""
-    dt = open_table(table)
-    if dt is None:
-        return []
-    from connector.app.verify import read_columns
-
-    data = read_columns(dt, ["_kafka_topic", "_kafka_partition", "_kafka_offset"])  # deletion vectors applied
-    return list(zip(data.column(0).to_pylist(), data.column(1).to_pylist(), data.column(2).to_pylist()))
-
-
-def audit(table_path, expected: "dict[tuple[str, int], range]") -> "dict[str, object]":
-    """Compare the table's source coordinates with the produced ranges: exactly once, nothing else."""
-    from collections import Counter
-
-    seen = Counter(table_offsets(table_path))
-    want = {(t, p, o) for (t, p), r in expected.items() for o in r}
-    return {
-        "rows": sum(seen.values()),
-        "missing": len(want - set(seen)),
-        "duplicated": sum(c - 1 for c in seen.values() if c > 1),
-        "unexpected": len(set(seen) - want),
-    }
-
-
-def exactly_once(table_path, expected) -> bool:
-    a = audit(table_path, expected)
-    return a["missing"] == 0 and a["duplicated"] == 0 and a["unexpected"] == 0
-
-
-def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -> Path:
-    """Short transactions and timeouts, and a consumer group that notices a killed worker within seconds."""
-    from connector.spark import DRIVER_JAVA_OPTIONS
-
-    settings = {
-        "transaction.interval.ms": 1000,
-        "coordinator.writestatus.timeout.ms": 4000,
-        "consumer.session.timeout.ms": 6000,
-        "consumer.heartbeat.interval.ms": 1000,
-        "flush.size": 400,  # several data files per partition and txn
-        "orphan.files.retention.ms": 1000,  # the sweep deletes a discarded txn's files at once
-        "shutdown.timeout.ms": 15000,
-        # Small tables: one task per Delta snapshot/shuffle stage, and the quick-starting JIT even where a
-        # coordinator runs MERGEs (the product gives those the JVM's defaults, for tables of real size).
-        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
-        "spark.sql.shuffle.partitions": 1,
-        "spark.default.parallelism": 1,
-        "spark.databricks.delta.snapshotPartitions": 1,
-    }
-    settings.update(extra)
-    return pipeline_config(tmp_path, bootstrap, topic, s3=s3, **settings)
-
-
-class Stream:
-    """Produces JSON records round-robin over `partitions` at `rate` per second from one idempotent producer in a
-    background thread, for `seconds` (or until stop()). `join()` returns the partitions' end offsets, the records
-    to expect in the table, after checking them against the deliveries reported.
-
-    A producer that delivers nothing for STALL_S while records wait (seen once after a broker restart: the
-    partitions' leader stayed 'not found in cache') is replaced; its queued records are purged and the table
-    is audited against what Kafka holds."""
-
-    STALL_S = 30.0
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float, seconds: float | None = None):
-        self.bootstrap, self.topic, self.partitions, self.rate, self.seconds = bootstrap, topic, partitions, rate, seconds
-        self.delivered: dict[int, int] = {}
-        self.errors: list[str] = []
-        self.purged = 0
-        self.replaced = 0
-        self._last_delivery = time.monotonic()
-        self._stop = threading.Event()
-        self._producer = self._new_producer()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _new_producer(self):
-        from confluent_kafka import Producer
-
-        return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                         "message.timeout.ms": 300000})
-
-    def _on_delivery(self, err, msg) -> None:
-        from confluent_kafka import KafkaError
-
-        if err is None:
-            self._last_delivery = time.monotonic()
-            self.delivered[msg.partition()] = self.delivered.get(msg.partition(), 0) + 1
-        elif err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
-            self.purged += 1
-        else:
-            self.errors.append(str(err))
-
-    def _run(self) -> None:
-        began, i = time.monotonic(), 0
-        while not self._stop.is_set():
-            elapsed = time.monotonic() - began
-            if self.seconds is not None and elapsed >= self.seconds:
-                break
-            while i < int(elapsed * self.rate):
-                value = json.dumps({"id": i, "user": f"u{i % 97}", "amount": i * 0.5}).encode()
-                try:
-                    self._producer.produce(self.topic, value=value, key=str(i).encode(), partition=i % self.partitions,
-                                           on_delivery=self._on_delivery)
-                except BufferError:
-                    break
-                i += 1
-            self._producer.poll(0.05)
-            if len(self._producer) and time.monotonic() - self._last_delivery > self.STALL_S:
-                self._producer.purge()
-                self._producer.flush(10)
-                self._producer = self._new_producer()
-                self._last_delivery = time.monotonic()
-                self.replaced += 1
-        self._producer.flush(300)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout_s: float = 400) -> dict[int, int]:
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), f"producer still running after {timeout_s} s"
-        assert not self.errors, f"{len(self.errors)} records not delivered: {self.errors[:3]}"
-        from confluent_kafka import Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "chaos-watermarks"})
+            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the session, e.g. a JVM whose parent is gone
+        except (ProcessLookupError, PermissionError):
+            pass
         try:
-            ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]
-                    for p in range(self.partitions)}
-        finally:
-            c.close()
-        reported = {p: self.delivered.get(p, 0) for p in range(self.partitions)}
-        if self.replaced:  # purged in-flight records may have been written after all
-            assert all(reported[p] <= ends[p] for p in ends), (ends, reported)
-        else:
-            assert ends == reported, (ends, reported)
-        return ends
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.stop(proc, timeout_s=20)
 
 
-def process_state(pid: int) -> str | None:
-    """The /proc state letter (R, S, T for stopped, Z ...) or None when the process is gone."""
+@dataclass
+class ModeRun:
+    """What a run of a mode of bench/run.py holds: its arguments, the work directory, the broker, the machine as it
+    was before anything started (with its load average), the processes it starts and the figures it gathers."""
+    args: object
+    work: Path
+    bootstrap: str
+    machine: str
+    children: Children = field(default_factory=Children)
+    results: dict = field(default_factory=dict)
+
+
+def self_cmd(phase: str, **kwargs) -> list[str]:
+    """The command of a child phase: `bench/run.py --_phase <phase> --<key> <value> ...`."""
+    argv = [sys.executable, str(ROOT / "bench" / "run.py"), "--_phase", phase]
+    for key, value in kwargs.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+def emit(result: dict) -> None:
+    """A child phase's result, on the line child_result reads."""
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+def child_result(log_path: Path) -> dict | None:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
+        for line in reversed(log_path.read_text(errors="replace").splitlines()):
+            if line.startswith(RESULT_TAG):
+                return json.loads(line[len(RESULT_TAG):])
+    except OSError:
+        pass
+    return None
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def await_result(proc: subprocess.Popen, log: Path, what: str, timeout_s: float, sample=None) -> dict:
+    """The result of a child phase once it exits, calling sample() every POLL_S meanwhile; PhaseFailed when it
+    fails, reports nothing, or runs longer than timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None:
+        if sample is not None:
+            sample()
+        if time.monotonic() > deadline:
+            Children.stop(proc)
+            raise PhaseFailed(f"{what} did not finish in {timeout_s} s:\n{tail(log)}")
+        time.sleep(POLL_S)
+    result = child_result(log)
+    if proc.returncode != 0 or result is None:
+        raise PhaseFailed(f"{what} failed (exit {proc.returncode}):\n{tail(log)}")
+    return result
+
+
+def watch(proc: subprocess.Popen, log: Path, what: str, done, timeout_s: float, samplers, progress) -> None:
+    """Call each of `samplers` (None: left out), then done(), every POLL_S until done() is true; PhaseFailed when
+    `proc` exits first or timeout_s passes. progress() says how far the phase got: every 15 s, and on failure."""
+    samplers = [s for s in samplers if s is not None]
+    deadline = time.monotonic() + timeout_s
+    last_report = time.monotonic()
+    while True:
+        for sample in samplers:
+            sample()
+        if done():
+            return
+        if proc.poll() is not None:
+            raise PhaseFailed(f"{what} exited with {proc.returncode} at {progress()}:\n{tail(log)}")
+        if time.monotonic() > deadline:
+            raise PhaseFailed(f"{what}: only {progress()} after {timeout_s} s:\n{tail(log)}")
+        if time.monotonic() - last_report > 15:
+            last_report = time.monotonic()
+            say(f"  {what}: {progress()}")
+        time.sleep(POLL_S)
+
+
+def run_phase(children: Children, name: str, call, errors: dict) -> dict | None:
+    """call(), the phase `name`, with the load average before and after it in its result; a failure goes to
+    `errors` instead (one failed phase must not hide the others' figures). Every child is stopped after it:
+    nothing of one phase may compete with the next."""
+    say(f"{name} (load average {os.getloadavg()[0]:.2f}) ...")
+    time.sleep(2)
+    try:
+        load_before = os.getloadavg()
+        result = call()
+        result["load_average"] = {"before": load_before, "after": os.getloadavg()}
+        return result
+    except Exception as exc:  # noqa: BLE001 - reported with the other phases' figures
+        errors[name] = str(exc) if isinstance(exc, PhaseFailed) else f"{type(exc).__name__}: {exc}"
+        say(f"  {name} FAILED: {errors[name]}")
+        return None
+    finally:
+        children.stop_all()
+
+
+# --- a process tree's memory -------------------------------------------------------------------------------
+
+def proc_status(pid: int) -> dict[str, str]:
+    """The fields of /proc/<pid>/status; empty when the process is gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                out[key] = value.strip()
+    except OSError:
+        pass
+    return out
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children[ppid].append(int(entry))
+    return children
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
 
+
+def process_tree(pid: int) -> list[int]:
+    children = _children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+class TreeMemory:
+    """Peak RSS of a process tree from /proc/<pid>/status, sampled every POLL_S: per process its VmHWM (its own
+    high-water mark, so nothing between samples is missed). Left out: a fork that has not exec'd yet (same
+    executable as its parent) and processes seen in fewer than MIN_SAMPLES samples. A JVM forks to run
+    `bash`/`chmod` for Hadoop's file system calls, and until the exec such a fork reports the whole JVM's
+    resident pages as its own."""
+
+    MIN_SAMPLES = 3
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak_kb: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        self.seen: dict[int, int] = defaultdict(int)
+        self._rss: list[dict[int, int]] = []
+
+    def sample(self) -> None:
+        rss = {}
+        for p in process_tree(self.pid):
+            st = proc_status(p)
+            if "VmHWM" not in st or (p != self.pid and _exe(p) == _exe(int(st.get("PPid", "0")))):
+                continue
+            self.peak_kb[p] = max(self.peak_kb.get(p, 0), int(st["VmHWM"].split()[0]))
+            self.names[p] = st.get("Name", "?")
+            self.seen[p] += 1
+            rss[p] = int(st.get("VmRSS", "0 kB").split()[0])
+        self._rss.append(rss)
+
+    def summary(self) -> dict:
+        lasting = [p for p in self.peak_kb if self.seen[p] >= self.MIN_SAMPLES]
+        by_name: dict[str, int] = defaultdict(int)
+        for p in lasting:
+            by_name[self.names[p]] += self.peak_kb[p]
+        max_sum = max((sum(kb for p, kb in sample.items() if p in lasting) for sample in self._rss), default=0)
+        return {"peak_rss_mb": round(sum(self.peak_kb[p] for p in lasting) / 1024, 1),
+                "peak_rss_by_process_mb": {k: round(v / 1024, 1) for k, v in sorted(by_name.items())},
+                "max_sampled_tree_rss_mb": round(max_sum / 1024, 1)}
+
+
+# --- a Delta table's log, the control topic ---------------------------------------------------------------------
+
+@dataclass
+class Version:
+    version: int
+    visible: float  # mtime of _delta_log/<version>.json: the moment it became visible to readers
+    rows: int
+    files: list[str]
+    commit_ts: float | None = None  # commitInfo.timestamp: when the writer started its commit
+
+
+class DeltaLogWatcher:
+    """Reads each new _delta_log/<version>.json once: rows added (stats numRecords) and the files, leaving out the
+    files a compaction rewrites (`dataChange` false). `table` is a local directory, or a bench.s3.FilerLog for a
+    table on the benchmark's S3 server (read without S3 requests)."""
+
+    def __init__(self, table):
+        self.table = table if hasattr(table, "read") else Path(table)
+        self.versions: list[Version] = []
+        self.rows = 0
+        self._next = 0
+
+    def _read(self, relative: str) -> tuple[float, bytes] | None:
+        if not isinstance(self.table, Path):
+            return self.table.read(relative)
+        path = self.table / relative
+        try:
+            return path.stat().st_mtime_ns / 1e9, path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def poll(self) -> int:
+        while True:
+            found = self._read(f"_delta_log/{self._next:020d}.json")
+            if found is None:
+                return self.rows
+            mtime, text = found[0], found[1].decode()
+            rows, files, commit_ts = 0, [], None
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                if "commitInfo" in action:
+                    commit_ts = (action["commitInfo"].get("timestamp") or 0) / 1000 or None
+                add = action.get("add")
+                if add is None or add.get("dataChange") is False:  # a compaction's rewrite adds no rows
+                    continue
+                files.append(add["path"])
+                stats = json.loads(add.get("stats") or "{}")
+                if "numRecords" in stats:
+                    rows += stats["numRecords"]
+                else:
+                    import pyarrow as pa
+                    import pyarrow.parquet as pq
+
+                    data = self._read(urllib.parse.unquote(add["path"]))
+                    rows += pq.ParquetFile(pa.BufferReader(data[1])).metadata.num_rows if data else 0
+            self.versions.append(Version(self._next, mtime, rows, files, commit_ts))
+            self.rows += rows
+            self._next += 1
+
+    def data_versions(self) -> list[Version]:
+        return [v for v in self.versions if v.rows]
+
+
+def delta_rs_rows(store) -> int | None:
+    """The table's row count from delta-rs add actions (a cross-check of the log watcher; no data read)."""
+    try:
+        adds = store.delta_table().get_add_actions(flatten=True)
+    except Exception:  # noqa: BLE001
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.sum(pa.table(adds).column("num_records")).as_py()
+
+
+class ControlTail:
+    """Every message of the control topic, decoded, from the beginning (the protocol timeline)."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        from connector.protocol.channel import CONTROL_TOPIC_CONFIG
+
+        create_topic(bootstrap, topic, 1, CONTROL_TOPIC_CONFIG)  # before lakesink does, so it can be tailed
+        self.messages: list = []
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "enable.partition.eof": False})
+        self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+
+    def poll(self) -> None:
+        from connector.protocol.messages import DecodeError, decode
+
+        for raw in self._consumer.consume(1000, timeout=0):
+            if raw.error() is None:
+                try:
+                    self.messages.append(decode(raw.value()))
+                except DecodeError:
+                    pass
+
+    def await_progress(self, commits: int, timeout_s: float = 30.0) -> None:
+        """Wait for the PROGRESS records of `commits` data commits: the coordinator sends them after verifying."""
+        from connector.protocol.messages import Progress
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            if sum(1 for m in self.messages if isinstance(m, Progress) and m.payload.get("rows")) >= commits:
+                return
+            time.sleep(POLL_S)
+
+    def first_start(self) -> float | None:
+        from connector.protocol.messages import StartCommit
+
+        return next((m.sent_at for m in self.messages if isinstance(m, StartCommit)), None)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def txn_timeline(messages: list) -> dict:
+    """Per committed txn, from the control topic's messages (sent_at of each): collect = START..END,
+    flush = END..last WRITE-STATUS, commit = last WRITE-STATUS..ACK (of which `spark` is the sink.commit
+    duration the PROGRESS record reports), paused = END..next START (partitions consume nothing; with pipelined
+    transactions the next START goes out as soon as the WRITE-STATUS are in, and the commit overlaps it)."""
+    from connector.protocol.messages import AckCommit, EndCommit, Progress, StartCommit, WriteStatus
+
+    by: dict[tuple, dict] = defaultdict(dict)
+    for m in messages:
+        d = by[(m.epoch, m.txn)]
+        if isinstance(m, StartCommit):
+            d.setdefault("start", m.sent_at)
+        elif isinstance(m, EndCommit):
+            d.setdefault("end", m.sent_at)
+        elif isinstance(m, WriteStatus):
+            d.setdefault("ws", []).append(m)
+        elif isinstance(m, AckCommit):
+            d["ack"] = m.sent_at
+        elif isinstance(m, Progress):
+            d["progress"] = m.payload
+    keys = sorted(by)
+    rows = []
+    for i, key in enumerate(keys):
+        d = by[key]
+        if not all(k in d for k in ("start", "end", "ws", "ack", "progress")):
+            continue
+        last_ws = max(w.sent_at for w in d["ws"])
+        nxt = by[keys[i + 1]].get("start") if i + 1 < len(keys) else None
+        rows.append({"txn": key[1], "rows": d["progress"].get("rows", 0), "files": d["progress"].get("files", 0),
+                     "collect_s": d["end"] - d["start"], "flush_s": last_ws - d["end"], "commit_s": d["ack"] - last_ws,
+                     "spark_s": d["progress"].get("commit_duration_s") or 0.0,
+                     "paused_s": (nxt - d["end"]) if nxt else None})
+    rows = [r for r in rows if r["rows"]]
+    if not rows:
+        return {"count": 0}
+
+    def stats(key):
+        vals = sorted(r[key] for r in rows if r[key] is not None)
+        return {"mean": sum(vals) / len(vals), "p50": pct(vals, 50), "max": vals[-1]} if vals else None
+
+    timed = [r for r in rows if r["paused_s"] is not None]
+    total = sum(r["collect_s"] + r["paused_s"] for r in timed)
+    return {"count": len(rows), "rows": {"mean": sum(r["rows"] for r in rows) / len(rows)},
+            **{k: stats(k) for k in ("collect_s", "flush_s", "commit_s", "spark_s", "paused_s")},
+            "paused_fraction": sum(r["paused_s"] for r in timed) / total if total else None, "per_txn": rows}
+
+
+# --- producing ----------------------------------------------------------------------------------------------------
+
+def fast_producer(bootstrap: str, linger_ms: int = 50, config: dict | None = None):
+    """A producer for throughput, not safety; `config` overrides its settings."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "batch.size": 1_000_000,
+                     "batch.num.messages": 100_000, "compression.type": "none", "acks": 1,
+                     "enable.idempotence": False, "queue.buffering.max.messages": 1_000_000,
+                     "queue.buffering.max.kbytes": 1_048_576, **(config or {})})
+
+
+class PacedProducer:
+    """`rate` records/s for `seconds` or until `limit` records are out, in a background thread, in 5 ms chunks.
+    Record i of a chunk produced at ts_ms is `record(i, ts_ms)`: (value, key, partition). `config` goes to
+    fast_producer; stop() ends it early."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int, record, seconds: float = float("inf"),
+                 limit: int | None = None, config: dict | None = None):
+        self.args = (bootstrap, topic, rate, seconds, limit, record, config)
+        self.produced = 0
+        self.started = self.ended = 0.0
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        bootstrap, topic, rate, seconds, limit, record, config = self.args
+        limit = float("inf") if limit is None else limit
+        try:
+            producer = fast_producer(bootstrap, linger_ms=5, config=config)
+            self.started = time.time()
+            end = self.started + seconds
+            while self.produced < limit and not self._stopping.is_set():
+                now = time.time()
+                if now >= end:
+                    break
+                due = min(limit, int((now - self.started) * rate))
+                ts = int(now * 1000)
+                while self.produced < due:
+                    value, key, partition = record(self.produced, ts)
+                    producer.produce(topic, value, key, partition=partition)
+                    self.produced += 1
+                producer.poll(0)
+                time.sleep(0.005)
+            self.ended = time.time()
+            if producer.flush(60):
+                raise RuntimeError("paced producer: records not delivered")
+        except BaseException as exc:  # noqa: BLE001 - re-raised by join()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        """Stop producing (what was produced is flushed) and wait for the thread."""
+        self._stopping.set()
+        self._thread.join()

@@ -5,15 +5,15 @@ topic of as many partitions into one table, same records, same broker, same run.
     .venv/bin/python bench/many_tables.py --records 80000    # a development run
 
 Starts a KRaft broker in a temporary directory (unless --bootstrap), produces the backlog of both layouts
-(bench/run.py's ~200-byte JSON records) before any lakesink starts, then runs each in its own process:
+(bench/records.py's ~200-byte JSON records) before any lakesink starts, then runs each in its own process:
 
   tables<N>  --tables topics of --partitions partitions, target.table.name=${topic}: a table, and a coordinator +
              worker pipeline, per topic;
   table1     one topic of tables x partitions partitions into one table (a fixed target.table.name).
 
 lakesink's defaults but transaction.interval.ms (--txn-interval-ms), --property and Spark's scratch directories.
-A layout ends when every table's log holds its topic's records (bench/run.py's DeltaLogWatcher, polled every 0.2 s); each table must then
-hold exactly as many rows as were produced to its topic, or the bench fails.
+A layout ends when every table's log holds its topic's records (bench/harness.py's DeltaLogWatcher, polled every
+0.2 s); each table must then hold exactly as many rows as were produced to its topic, or the bench fails.
 
 Per layout: records/s from the first START-COMMIT (warm, on the last line) and from process start (e2e) to the last
 data commit visible; data commits per table; Delta commit durations (PROGRESS `commit_duration_s`); peak RSS (VmHWM)
@@ -30,7 +30,6 @@ leaves it). Figures: docs/performance.md, "Many tables in one process".
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -46,11 +45,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import LakesinkProcess, pipeline_config  # noqa: E402
-from bench.run import (POLL_S, ControlTail, DeltaLogWatcher, TreeMemory, _fmt, _pct, _proc_status,  # noqa: E402
-                       code_state, create_topic, delta_rs_rows, machine, produce_backlog)
+from bench.harness import (POLL_S, ControlTail, DeltaLogWatcher, TreeMemory, delta_rs_rows, pct,  # noqa: E402
+                           proc_status)
+from bench.records import produce_backlog  # noqa: E402
+from bench.report import code_state, fmt, machine  # noqa: E402
 from connector.config import TABLE_TEMPLATE  # noqa: E402
 from connector.routing import table_of_topic  # noqa: E402
+from testkit import LakesinkProcess, create_topic, pipeline_config  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -94,7 +95,7 @@ class ProcessSampler:
         self.cpu_s: dict[int, float] = {}
 
     def sample(self, pids: list[int]) -> None:
-        threads = int(_proc_status(self.pid).get("Threads", "0"))
+        threads = int(proc_status(self.pid).get("Threads", "0"))
         if threads > self.threads:
             self.threads, self.names = threads, self._names()
         for pid in pids:
@@ -301,19 +302,19 @@ def report(results: list[Result], txn_interval_ms: int, extra: dict[str, str]) -
         lines += [
             f"  {x.key}: {len(x.topics)} topic(s) x {x.partitions} partitions -> {len(x.tables)} table(s); "
             f"produced in {x.produce_s:.1f} s; load average {r.load_before:.2f} before, {r.load_after:.2f} after",
-            f"    {_fmt(r.warm_rps)} rec/s warm (first START -> last data commit visible, "
-            f"{r.ended - (r.first_start or r.started):.1f} s), {_fmt(r.e2e_rps)} rec/s e2e (process start -> last, "
+            f"    {fmt(r.warm_rps)} rec/s warm (first START -> last data commit visible, "
+            f"{r.ended - (r.first_start or r.started):.1f} s), {fmt(r.e2e_rps)} rec/s e2e (process start -> last, "
             f"{r.ended - r.started:.1f} s)",
-            f"    after process start: first START {_fmt(r.first_start and r.first_start - r.started, '.1f', ' s')}, "
-            f"the last table's first START {_fmt(r.last_first_start and r.last_first_start - r.started, '.1f', ' s')}"
+            f"    after process start: first START {fmt(r.first_start and r.first_start - r.started, '.1f', ' s')}, "
+            f"the last table's first START {fmt(r.last_first_start and r.last_first_start - r.started, '.1f', ' s')}"
             f", first data commit visible {r.first_visible - r.started:.1f} s",
             f"    data commits per table {per_table} ({sum(commits)} in all); Delta commit duration p50 "
-            f"{_fmt(_pct(r.commit_s, 50), '.2f', ' s')}, p95 {_fmt(_pct(r.commit_s, 95), '.2f', ' s')}, max "
-            f"{_fmt(r.commit_s[-1] if r.commit_s else None, '.2f', ' s')}",
+            f"{fmt(pct(r.commit_s, 50), '.2f', ' s')}, p95 {fmt(pct(r.commit_s, 95), '.2f', ' s')}, max "
+            f"{fmt(r.commit_s[-1] if r.commit_s else None, '.2f', ' s')}",
             f"      the {len(r.create_s)} creating a table (its version 0) p50 "
-            f"{_fmt(_pct(r.create_s, 50), '.2f', ' s')}; "
-            f"the {len(later)} later ones p50 {_fmt(_pct(later, 50), '.2f', ' s')}, p95 "
-            f"{_fmt(_pct(later, 95), '.2f', ' s')}",
+            f"{fmt(pct(r.create_s, 50), '.2f', ' s')}; "
+            f"the {len(later)} later ones p50 {fmt(pct(later, 50), '.2f', ' s')}, p95 "
+            f"{fmt(pct(later, 95), '.2f', ' s')}",
             f"    peak RSS: python {r.py_rss_mb:,.0f} MB, Spark driver JVM {r.jvm_rss_mb:,.0f} MB"
             + (f", others {', '.join(f'{k} {v:.0f} MB' for k, v in r.others.items())}" if r.others else ""),
             f"    CPU until the last rows were visible: python {r.py_cpu_s:.1f} s, JVM {r.jvm_cpu_s:.1f} s; idle "
@@ -334,7 +335,7 @@ def report(results: list[Result], txn_interval_ms: int, extra: dict[str, str]) -
                  f"core idle")
     ratio = f"{many.warm_rps / one.warm_rps:.3f}" if many.warm_rps and one.warm_rps else "n/a"
     m, o = many.layout.key, one.layout.key
-    lines.append(f"{m}_rps={_fmt(many.warm_rps, '.0f')} {o}_rps={_fmt(one.warm_rps, '.0f')} ratio={ratio} "
+    lines.append(f"{m}_rps={fmt(many.warm_rps, '.0f')} {o}_rps={fmt(one.warm_rps, '.0f')} ratio={ratio} "
                  f"{m}_e2e_rps={many.e2e_rps:.0f} {o}_e2e_rps={one.e2e_rps:.0f} "
                  f"{m}_py_rss_mb={many.py_rss_mb:.0f} {o}_py_rss_mb={one.py_rss_mb:.0f} "
                  f"{m}_jvm_rss_mb={many.jvm_rss_mb:.0f} {o}_jvm_rss_mb={one.jvm_rss_mb:.0f} "
@@ -397,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(2)
             results.append(run_layout(work, bootstrap, layout, args.txn_interval_ms, args.property, args.timeout,
                                       args.idle))
-            print(f"  done: {_fmt(results[-1].warm_rps)} rec/s", flush=True)
+            print(f"  done: {fmt(results[-1].warm_rps)} rec/s", flush=True)
         print("\n".join(report(results, args.txn_interval_ms, args.property)), flush=True)
         return 0
     except BenchFailed as exc:

@@ -1,5 +1,6 @@
 """The benchmark's S3 server: the local SeaweedFS of connector/storage/local_s3.py with its Prometheus metrics on,
-the S3 requests it counts, and a way to watch a table's Delta log that is not an S3 request.
+the S3 requests it counts (per run of a phase: RequestMeter), a way to watch a table's Delta log that is not an S3
+request, and where a table of the bench lives (table_log, table_store).
 
 Requests are counted by the server itself (`SeaweedFS_s3_request_total{bucket,code,type}`: one per request,
 whatever its answer; HEAD counts as type GET, a multipart upload as POST + PUT per part + POST), so nothing sits
@@ -71,6 +72,21 @@ class RequestMeter:
         a, b = self.at(start), self.at(end)
         return {k: b[k] - a.get(k, 0) for k in sorted(b) if b[k] - a.get(k, 0)}
 
+    def requests(self, start: float, end: float, commits: int) -> dict:
+        """The requests answered between two moments (as sampled), totalled and per commit."""
+        return summarise(self.between(start, end), commits)
+
+    def run_requests(self, started: float, ready: float | None, ended: float, data: list) -> dict:
+        """The requests of a lakesink or SSS run whose data versions are `data` (DeltaLogWatcher.data_versions()):
+        start-up (process start -> ready), the run (ready -> the end, per data commit) and, with two commits or
+        more, steady (first commit visible -> last, per commit after the first)."""
+        out = {"run": self.requests(ready or started, ended, len(data))}
+        if ready:
+            out["startup"] = self.requests(started, ready, 0)
+        if len(data) > 1:
+            out["steady"] = self.requests(data[0].visible, data[-1].visible, len(data) - 1)
+        return out
+
 
 def summarise(requests: dict[str, int], commits: int) -> dict:
     """Totals by request type, and per commit."""
@@ -114,3 +130,22 @@ class FilerLog:
         if data is None:
             return None
         return (max(stamps) / 1e9 if stamps else seen), data
+
+
+def table_log(uri: str, filer: str | None):
+    """What bench.harness.DeltaLogWatcher reads the table at `uri` from: its local directory, or for
+    s3://bucket/key the filer of the bench's server."""
+    from connector.storage.store import Location
+
+    location = Location.parse(uri)
+    if not location.is_s3:
+        return Path(location.key)
+    return FilerLog(filer, location.bucket, location.key)
+
+
+def table_store(uri: str, server: BenchS3 | None):
+    """The connector.storage.store.Store of the table at `uri`, on `server` when the bench runs one."""
+    from connector.storage.store import Location, S3Settings, Store
+
+    settings = S3Settings(server.endpoint, None, True, server.access_key, server.secret_key) if server else None
+    return Store(Location.parse(uri), settings)

@@ -3,9 +3,10 @@
     .venv/bin/python bench/soak.py --faults 50 --seed 1 --max-minutes 60
 
 Starts its own Kafka broker (connector.kafka.local) in a temporary directory, one coordinator and two worker
-processes, and a producer thread that keeps producing (bench.harness.Stream). Each fault picks a random step of connector.faults.STEPS,
-restarts the process of that role (a random worker for participant steps) armed with it (kill, or pause and
-then kill), waits for it to fire, restarts the process clean and waits for the committed offsets to move on.
+processes, and a producer thread that keeps producing (testkit.Stream). Each fault picks a random step of
+connector.faults.STEPS, restarts the process of that role (a random worker for participant steps) armed with it
+(kill, or pause and then kill), waits for it to fire, restarts the process clean and waits for the committed
+offsets to move on.
 Now and then the broker restarts as well. At the end the producer stops, the pipeline drains, and every
 record Kafka holds is compared with the table:
 
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from connector.faults import STEPS  # noqa: E402
-from bench.harness import LakesinkProcess, Stream, audit, chaos_config, create_topic, process_state, table_offsets  # noqa: E402
+from testkit import (LakesinkProcess, Stream, audit, chaos_config, create_topic, process_state,  # noqa: E402
+                     table_offsets, watermarks)
 
 FIRE_S = 150  # an armed coordinator needs its Spark session first
 PROGRESS_S = 240
@@ -212,17 +214,8 @@ class Soak:
         return 0 if lost == 0 and duplicated == 0 and result["unexpected"] == 0 else 1
 
     def expected(self, topic: str) -> dict:
-        from confluent_kafka import Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.kafka.bootstrap, "group.id": "soak-audit"})
-        try:
-            out = {}
-            for p in range(self.args.partitions):
-                low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                out[(topic, p)] = range(low, high)
-            return out
-        finally:
-            c.close()
+        marks = watermarks(self.kafka.bootstrap, topic, self.args.partitions)
+        return {(topic, p): range(low, high) for p, (low, high) in marks.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,6 @@ lakesink_stream_p99_ms=… baseline_stream_p99_ms=…`: the first five figures a
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import time
@@ -66,9 +65,10 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.run import (POLL_S, Children, ControlTail, PacedProducer, PhaseFailed, TreeMemory, _child_result,
-                       _emit, _fmt, _pct, _say, _self_cmd, _tail, code_state, create_topic, fast_producer, machine,
-                       txn_timeline)
+from bench.harness import (ROOT, ControlTail, ModeRun, PacedProducer, PhaseFailed, TreeMemory, await_result,
+                           child_result, emit, fast_producer, pct, run_phase, say, self_cmd, tail, txn_timeline, watch)
+from bench.report import fmt, upsert_report, write_json
+from testkit import LakesinkProcess, create_topic, pipeline_config, watermarks
 
 COLUMNS = (("id", "long"), ("seq", "long"), ("ts", "long"), ("name", "string"), ("amount", "double"),
            ("qty", "long"), ("active", "boolean"))
@@ -77,6 +77,7 @@ DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
 DATA = tuple(name for name, _ in COLUMNS if name != "id")
 SHARES = (("update", 0.8), ("insert", 0.1), ("delete", 0.1))
 CONTENDERS = ("lakesink", "baseline")
+"""The contenders (--contenders), in the order they run."""
 BACKLOG_MARK = "baseline-backlog-applied"
 """The file the baseline's child creates in the work directory once every backlog change is merged."""
 ORDERED = {"enable.idempotence": True, "acks": "all"}
@@ -168,13 +169,7 @@ class Produced:
 
 
 def topic_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-    finally:
-        consumer.close()
+    return {p: high for p, (_, high) in watermarks(bootstrap, topic, partitions).items()}
 
 
 def produce_backlog(bootstrap: str, topic: str, log: Changelog, partitions: int) -> Produced:
@@ -214,7 +209,7 @@ def stream_producer(bootstrap: str, produced: Produced, log: Changelog, partitio
         times[first + i] = ts_ms
         return log.record(first + i, ts_ms, partitions)
 
-    return PacedProducer(bootstrap, produced.topic, partitions, rate, limit=log.stream, record=record, config=ORDERED)
+    return PacedProducer(bootstrap, produced.topic, rate, record, limit=log.stream, config=ORDERED)
 
 
 def write_fold(log: Changelog, times: dict[str, array], path: Path) -> None:
@@ -322,16 +317,10 @@ def latencies(table: Path, commits: list[Commit], seqs: range, not_before: float
 # --- the run -------------------------------------------------------------------------------------------------
 
 @dataclass
-class UpsertBench:
-    args: object
-    work: Path
-    bootstrap: str
-    children: Children = field(default_factory=Children)
+class UpsertBench(ModeRun):
     log: Changelog | None = None
     produced: dict[str, Produced] = field(default_factory=dict)  # per contender
     seed_versions: int = 0
-    results: dict = field(default_factory=dict)
-    machine: str = field(default_factory=machine)  # with the load average before anything started
 
     @property
     def pristine(self) -> Path:
@@ -343,19 +332,10 @@ class UpsertBench:
         return {"spark.local.dir": str(local), "spark.driver.memory": self.args.driver_memory}
 
     def _child(self, phase: str, log: Path, **kwargs):
-        return self.children.start(_self_cmd(phase, **kwargs), log)
+        return self.children.start(self_cmd(phase, **kwargs), log)
 
     def _await_child(self, proc, log: Path, what: str) -> dict:
-        deadline = time.monotonic() + self.args.phase_timeout
-        while proc.poll() is None:
-            if time.monotonic() > deadline:
-                Children.stop(proc)
-                raise PhaseFailed(f"{what} did not finish in {self.args.phase_timeout} s:\n{_tail(log)}")
-            time.sleep(POLL_S)
-        result = _child_result(log)
-        if proc.returncode != 0 or result is None:
-            raise PhaseFailed(f"{what} failed (exit {proc.returncode}):\n{_tail(log)}")
-        return result
+        return await_result(proc, log, what, self.args.phase_timeout)
 
     def seed(self) -> dict:
         """The initial table, written once by Spark."""
@@ -376,25 +356,8 @@ class UpsertBench:
 
     def _watch(self, proc, log: CommitLog, memory: TreeMemory, log_path: Path, what: str, done,
                control: ControlTail | None = None) -> None:
-        deadline = time.monotonic() + self.args.phase_timeout
-        last_report = time.monotonic()
-        while True:
-            log.poll()
-            memory.sample()
-            if control is not None:
-                control.poll()
-            if done():
-                return
-            if proc.poll() is not None:
-                last = (_tail(log_path, 1) or "no output").strip()
-                raise PhaseFailed(f"{what} exited with {proc.returncode} after {len(log.commits)} commits ({last}); "
-                                  f"its log:\n{_tail(log_path)}")
-            if time.monotonic() > deadline:
-                raise PhaseFailed(f"{what}: not done after {self.args.phase_timeout} s:\n{_tail(log_path)}")
-            if time.monotonic() - last_report > 15:
-                last_report = time.monotonic()
-                _say(f"  {what}: {len(merges(log.commits))} MERGE commits")
-            time.sleep(POLL_S)
+        watch(proc, log_path, what, done, self.args.phase_timeout, (log.poll, memory.sample, control and control.poll),
+              lambda: f"{len(merges(log.commits))} MERGE commits")
 
     def _phases(self, contender: str, proc, log: CommitLog, memory: TreeMemory, log_path: Path, backlog_applied,
                 applied, control: ControlTail | None = None) -> int:
@@ -405,7 +368,7 @@ class UpsertBench:
         log.poll()
         backlog_commits = len(log.commits)
         if self.log.stream:
-            _say(f"  {contender}: backlog applied; streaming {self.log.stream:,} changes at {a.stream_rate:,}/s ...")
+            say(f"  {contender}: backlog applied; streaming {self.log.stream:,} changes at {a.stream_rate:,}/s ...")
             paced = stream_producer(self.bootstrap, produced, self.log, a.partitions, a.stream_rate)
             try:
                 self._watch(proc, log, memory, log_path, f"{contender} stream", paced.done.is_set, control)
@@ -423,7 +386,6 @@ class UpsertBench:
         return backlog_commits
 
     def lakesink(self) -> dict:
-        from bench.harness import LakesinkProcess, pipeline_config
         from connector.table.sink import DeltaTableSink
 
         a, produced = self.args, self.produced["lakesink"]
@@ -451,7 +413,7 @@ class UpsertBench:
         log_path = self.work / "lakesink.log"
         log = CommitLog(table, self.seed_versions)
         started = time.time()
-        process = LakesinkProcess("run", config, log_path, cwd=str(Path(__file__).resolve().parents[1]))
+        process = LakesinkProcess("run", config, log_path, cwd=str(ROOT))
         self.children.procs.append(process.proc)
         try:
             memory = TreeMemory(process.proc.pid)
@@ -485,9 +447,9 @@ class UpsertBench:
 
         backlog_commits = self._phases("baseline", proc, log, memory, log_path, lambda: mark.exists() or exited(),
                                        exited)
-        child = _child_result(log_path)
+        child = child_result(log_path)
         if proc.returncode != 0 or child is None:
-            raise PhaseFailed(f"baseline failed (exit {proc.returncode}):\n{_tail(log_path)}")
+            raise PhaseFailed(f"baseline failed (exit {proc.returncode}):\n{tail(log_path)}")
         result = self._measure("baseline", log, backlog_commits, started, child["ready"])
         result.update(memory.summary())
         result["batches"] = child["batches"][:child["backlog_batches"]]
@@ -541,8 +503,8 @@ class UpsertBench:
 
 
 def _latency_figures(lat: list[float]) -> dict:
-    return {"latency_measured": len(lat), "p50_ms": _ms(_pct(lat, 50)), "p90_ms": _ms(_pct(lat, 90)),
-            "p99_ms": _ms(_pct(lat, 99)), "max_ms": _ms(lat[-1] if lat else None)}
+    return {"latency_measured": len(lat), "p50_ms": _ms(pct(lat, 50)), "p90_ms": _ms(pct(lat, 90)),
+            "p99_ms": _ms(pct(lat, 99)), "max_ms": _ms(lat[-1] if lat else None)}
 
 
 def _commit_figures(commits: list[Commit]) -> dict:
@@ -555,7 +517,7 @@ def _commit_figures(commits: list[Commit]) -> dict:
         return sum(values) / len(values) if values else None
 
     durations = sorted(c.metrics["executionTimeMs"] / 1000 for c in merged if "executionTimeMs" in c.metrics)
-    return {"merges": len(merged), "commit_p50_s": _pct(durations, 50),
+    return {"merges": len(merged), "commit_p50_s": pct(durations, 50),
             "commit_max_s": durations[-1] if durations else None,
             "files_removed_per_commit": per_commit("numTargetFilesRemoved"),
             "files_added_per_commit": per_commit("numTargetFilesAdded"),
@@ -571,130 +533,47 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
-def run(args, work: Path, bootstrap: str) -> int:
-    bench = UpsertBench(args, work, bootstrap)
+def run(args, work: Path, bootstrap: str, machine: str) -> int:
+    """The upsert bench on the broker at `bootstrap`: the initial table, the changelog, each contender, the check."""
+    bench = UpsertBench(args, work, bootstrap, machine)
     try:
-        _say(f"writing the initial table: {args.rows:,} rows in {args.table_files} files ...")
+        say(f"writing the initial table: {args.rows:,} rows in {args.table_files} files ...")
         bench.results["seed"] = bench.seed()
-        _say(f"  {bench.results['seed']['seconds']:.1f} s")
+        say(f"  {bench.results['seed']['seconds']:.1f} s")
         bench.log = Changelog.generate(args.rows, args.changes, args.stream_changes, args.seed)
-        _say(f"changelog: backlog {bench.log.kinds}, stream {bench.log.stream_kinds}")
+        say(f"changelog: backlog {bench.log.kinds}, stream {bench.log.stream_kinds}")
         for contender in args.contenders:
             topic = f"changes-{uuid.uuid4().hex[:8]}-{contender}"
             create_topic(bootstrap, topic, args.partitions)
-            _say(f"producing the backlog of {args.changes:,} changes to {topic} ({args.partitions} partitions) ...")
+            say(f"producing the backlog of {args.changes:,} changes to {topic} ({args.partitions} partitions) ...")
             bench.produced[contender] = produce_backlog(bootstrap, topic, bench.log, args.partitions)
-            _say(f"  {args.changes / bench.produced[contender].seconds:,.0f} changes/s")
+            say(f"  {args.changes / bench.produced[contender].seconds:,.0f} changes/s")
         errors, tables = {}, {}
         for contender in args.contenders:
-            _say(f"{contender} (load average {os.getloadavg()[0]:.2f}) ...")
-            time.sleep(2)
-            try:
-                load_before = os.getloadavg()
-                bench.results[contender] = x = getattr(bench, contender)()
-                x["load_average"] = {"before": load_before, "after": os.getloadavg()}
+            x = run_phase(bench.children, contender, getattr(bench, contender), errors)
+            if x is not None:
+                bench.results[contender] = x
                 tables[contender] = x["table"]
-                _say(f"  done: backlog {_fmt(x.get('warm_cps'))} changes/s, stream "
-                     f"{_fmt(x.get('stream', {}).get('cps'))} changes/s")
-            except Exception as exc:  # noqa: BLE001 - one failed contender must not hide the other's figures
-                errors[contender] = str(exc) if isinstance(exc, PhaseFailed) else f"{type(exc).__name__}: {exc}"
-                _say(f"  {contender} FAILED: {errors[contender]}")
-            finally:
-                bench.children.stop_all()
+                say(f"  done: backlog {fmt(x.get('warm_cps'))} changes/s, stream "
+                    f"{fmt(x.get('stream', {}).get('cps'))} changes/s")
         if tables:
-            _say("checking the tables against the fold of both changelogs ...")
+            say("checking the tables against the fold of both changelogs ...")
             try:
                 bench.results["check"] = bench.check(tables)
             except PhaseFailed as exc:
                 errors["check"] = str(exc)
         bench.results["errors"] = errors
-        lines = report(bench)
+        lines = upsert_report(bench)
         if args.json:
             produced = {k: {"topic": v.topic, "backlog_seconds": v.seconds, "stream": v.stream}
                         for k, v in bench.produced.items()}
-            Path(args.json).write_text(json.dumps({"args": vars(args), "results": bench.results,
-                                                   "kinds": bench.log.kinds, "stream_kinds": bench.log.stream_kinds,
-                                                   "produced": produced}, indent=2, default=str))
+            write_json(args.json, {"args": vars(args), "results": bench.results, "kinds": bench.log.kinds,
+                                   "stream_kinds": bench.log.stream_kinds, "produced": produced})
         print("\n".join(lines), flush=True)
         failed = any(not c.get("equal") for c in bench.results.get("check", {}).values())
         return 1 if errors or failed else 0
     finally:
         bench.children.stop_all()
-
-
-def report(bench: UpsertBench) -> list[str]:
-    r, a, log = bench.results, bench.args, bench.log
-    seconds = [p.seconds for p in bench.produced.values()]
-    stream = (f"; then {log.stream:,} streamed at {a.stream_rate:,}/s ({log.stream_kinds['update']:,} updates, "
-              f"{log.stream_kinds['insert']:,} inserts, {log.stream_kinds['delete']:,} deletes)" if log.stream else "")
-    lines = ["", f"lakesink upsert benchmark: {a.rows:,} rows in {a.table_files} files, backlog of {a.changes:,} "
-                 f"changes ({log.kinds['update']:,} updates, {log.kinds['insert']:,} inserts, "
-                 f"{log.kinds['delete']:,} deletes){stream}, {a.partitions} partitions, transaction.interval.ms="
-                 f"{a.txn_interval_ms}, spark.master={a.spark_master}, deletion vectors "
-                 f"{'on' if a.deletion_vectors else 'off'}",
-             f"  machine: {bench.machine}", f"  code: {code_state()}",
-             f"  initial table: {r['seed']['seconds']:.1f} s; produce the backlog: "
-             f"{a.changes * len(seconds) / sum(seconds):,.0f} changes/s ({', '.join(f'{x:.1f}' for x in seconds)} s)",
-             f"  {'':<23} {'changes/s':>10} {'seconds':>8} {'p50 ms':>8} {'p99 ms':>8} {'commit p50/max s':>17} "
-             f"{'files -/+ per commit':>21} {'peak RSS MB':>12}  notes"]
-
-    def row(label: str, cps, secs, x: dict, rss: str, notes: str) -> str:
-        files = f"{_fmt(x['files_removed_per_commit'], '.1f')}/{_fmt(x['files_added_per_commit'], '.1f')}"
-        return (f"  {label:<23} {_fmt(cps):>10} {_fmt(secs, '.1f'):>8} {_fmt(x['p50_ms']):>8} {_fmt(x['p99_ms']):>8} "
-                f"{_fmt(x['commit_p50_s'], '.2f') + '/' + _fmt(x['commit_max_s'], '.2f'):>17} {files:>21} {rss:>12}  "
-                f"{notes}{x['merges']} MERGE commits of {_fmt(x['rows_per_commit'])} changes, deletion vectors "
-                f"{_fmt(x['dvs_added_per_commit'], '.1f')} per commit; {x['latency_measured']:,} changes timed")
-
-    def batches(b: list[dict], trigger: str) -> str:
-        shown = ", ".join(f"{(q['ms'] or 0) / 1000:.1f}" for q in b[:8]) + (" ..." if len(b) > 8 else "")
-        return f"  {'':<23} trigger {trigger}: {len(b)} micro-batches with rows, triggerExecution {shown} s"
-
-    for key in CONTENDERS:
-        if key not in r:
-            continue
-        x = r[key]
-        lines.append(row(f"{key} backlog (cold)", x.get("warm_cps"), x.get("warm_s"), x, f"{x['peak_rss_mb']:,.0f}",
-                         f"from {'first START' if key == 'lakesink' else 'writeStream.start()'}; "))
-        lines.append(f"  {'':<23} {x['e2e_cps']:>10,.0f} {x['e2e_s']:>8.1f} {'':>8} {'':>8} {'':>17} {'':>21} "
-                     f"{'':>12}  e2e from process start (start-up {_fmt(x.get('startup_s'), '.1f')} s); peak RSS of "
-                     f"both phases: {x['peak_rss_by_process_mb']}")
-        if key == "baseline" and x.get("batches"):
-            lines.append(batches(x["batches"], x["trigger"]))
-        if "stream" in x:
-            s = x["stream"]
-            lines.append(row(f"{key} stream (warm)", s["cps"], s["seconds"], s, "",
-                             f"from the first stream change produced, {s['changes']:,} produced at "
-                             f"{s['produced_cps']:,.0f}/s; "))
-            if key == "baseline" and s.get("batches"):
-                lines.append(batches(s["batches"], x["trigger"]))
-    for key, c in r.get("check", {}).items():
-        lines.append(f"  check {key}: " + (
-            f"equal to the fold of the changelog, {c['rows']:,} rows" if c["equal"] else
-            f"DIFFERS from the fold: {c['rows']:,} rows, {c['expected_rows']:,} expected, {c['missing']:,} expected "
-            f"rows missing, {c['unexpected']:,} rows not expected" + (
-                f", columns {c['columns']} (expected {c['expected_columns']})" if c.get("columns") else "")))
-    for phase, error in r.get("errors", {}).items():
-        lines.append(f"  {phase} FAILED: {error.splitlines()[0]}")
-
-    def figure(contender: str, key: str, phase: str | None = None) -> float | None:
-        x = r.get(contender, {})
-        return (x.get(phase, {}) if phase else x).get(key)
-
-    ls, base = figure("lakesink", "warm_cps"), figure("baseline", "warm_cps")
-    ls_stream, base_stream = figure("lakesink", "cps", "stream"), figure("baseline", "cps", "stream")
-    check = r.get("check", {})
-    verdict = ",".join(f"{k}:{'ok' if v['equal'] else 'DIFFERS'}" for k, v in check.items()) or "n/a"
-    lines.append(f"upsert lakesink_cps={_fmt(ls, '.0f')} baseline_cps={_fmt(base, '.0f')} "
-                 f"ratio={f'{ls / base:.3f}' if ls and base else 'n/a'} "
-                 f"lakesink_p50_ms={_fmt(figure('lakesink', 'p50_ms'), '.0f')} "
-                 f"baseline_p50_ms={_fmt(figure('baseline', 'p50_ms'), '.0f')} check={verdict} "
-                 f"lakesink_stream_cps={_fmt(ls_stream, '.0f')} baseline_stream_cps={_fmt(base_stream, '.0f')} "
-                 f"stream_ratio={f'{ls_stream / base_stream:.3f}' if ls_stream and base_stream else 'n/a'} "
-                 f"lakesink_stream_p50_ms={_fmt(figure('lakesink', 'p50_ms', 'stream'), '.0f')} "
-                 f"baseline_stream_p50_ms={_fmt(figure('baseline', 'p50_ms', 'stream'), '.0f')} "
-                 f"lakesink_stream_p99_ms={_fmt(figure('lakesink', 'p99_ms', 'stream'), '.0f')} "
-                 f"baseline_stream_p99_ms={_fmt(figure('baseline', 'p99_ms', 'stream'), '.0f')}")
-    return lines
 
 
 # --- child phases ----------------------------------------------------------------------------------------------
@@ -722,7 +601,7 @@ def child_seed(args) -> int:
         (F.col("id") % 3 != 0).alias("active"))
     frame.repartitionByRange(int(args.table_files), "id").write.format("delta").save(str(args.table))
     spark.stop()
-    _emit({"rows": args.rows})
+    emit({"rows": args.rows})
     return 0
 
 
@@ -782,7 +661,7 @@ def child_baseline(args) -> int:
     if exception is not None:
         print(f"the baseline's query failed: {exception}", flush=True)
         return 1
-    _emit({"ready": ready, "trigger": f"processingTime={args.txn_interval_ms} ms", "merges": merges,
+    emit({"ready": ready, "trigger": f"processingTime={args.txn_interval_ms} ms", "merges": merges,
            "batches": [batches[k] for k in sorted(batches)], "backlog_batches": backlog_batches or len(batches)})
     return 0
 
@@ -816,7 +695,7 @@ def child_check(args) -> int:
         actual.unpersist()
         expected.unpersist()
     spark.stop()
-    _emit(out)
+    emit(out)
     return 0
 
 

@@ -4,7 +4,7 @@ into one transaction.
     .venv/bin/python bench/worker_memory.py [--partitions 4] [--buffer-bytes 4194304] [--times 1,10]
 
 A local broker is started (or `--bootstrap`). For each multiple M of `--times`, a topic of `--partitions`
-partitions gets a backlog of M x partitions x buffer.max.bytes of Arrow data (bench/run.py's ~200-byte JSON
+partitions gets a backlog of M x partitions x buffer.max.bytes of Arrow data (bench/records.py's ~200-byte JSON
 records; the Arrow bytes of a record are measured on a sample), and a coordinator and a worker, each its own
 process, sink it with `transaction.interval.ms` long enough for the whole backlog to go into the first transaction
 (the worst case for memory: nothing is committed until all of it is read) and `commit.max.bytes=0`. The worker's
@@ -25,8 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import LakesinkProcess, open_table, pipeline_config, wait_until  # noqa: E402
-from bench.run import _proc_status, create_topic, make_value, produce_backlog  # noqa: E402
+from bench.harness import proc_status  # noqa: E402
+from bench.records import make_value, produce_backlog  # noqa: E402
+from testkit import LakesinkProcess, create_topic, open_table, pipeline_config, wait_until  # noqa: E402
 
 
 def arrow_bytes_per_record(sample: int = 2000) -> float:
@@ -42,7 +43,7 @@ def arrow_bytes_per_record(sample: int = 2000) -> float:
 
 def rss_mb(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of `pid` in MiB."""
-    status = _proc_status(pid)
+    status = proc_status(pid)
 
     def mb(key: str) -> float:
         return int(status.get(key, "0 kB").split()[0]) / 1024

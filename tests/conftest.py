@@ -97,7 +97,7 @@ def admin(kafka_bootstrap):
 @pytest.fixture
 def make_topic(admin):
     """Create a uuid-named topic with N partitions; returns its name."""
-    from bench.harness import create_topic
+    from testkit import create_topic
 
     def make(partitions: int = 1, prefix: str = "t") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"

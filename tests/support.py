@@ -1,5 +1,5 @@
 """Helpers of the integration tests: producing records, config files, a paced producer (starting processes,
-waiting with deadlines and auditing tables are bench/harness.py's)."""
+waiting with deadlines and auditing tables are testkit's)."""
 from __future__ import annotations
 
 import time
@@ -85,7 +85,7 @@ def read_topic(bootstrap: str, topic: str, expected, timeout_s: float = 60) -> l
 
     from confluent_kafka import Consumer
 
-    from bench.harness import wait_until
+    from testkit import wait_until
 
     done = expected if callable(expected) else (lambda got: len(got) >= expected)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"audit-{uuid.uuid4().hex}",
@@ -107,7 +107,7 @@ def read_topic(bootstrap: str, topic: str, expected, timeout_s: float = 60) -> l
 def drain(sink, cfg, ends: dict[tuple[str, int], int], what: str, timeout_s: float) -> None:
     """Wait until the table's committed offsets (what recovery reads) reach `ends` while the in-process roles of
     `sink` (tests/integration/test_table_features.py Sink) run without error: every record handled."""
-    from bench.harness import wait_until
+    from testkit import wait_until
     from connector.storage.store import Store
     from connector.table.sink import DeltaTableSink
 

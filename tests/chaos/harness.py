@@ -1,5 +1,5 @@
 """Driving lakesink processes through faults: start them with a fault armed, wait for the fault to fire,
-restart, drain, and audit (the process, stream and audit helpers are bench/harness.py's, shared with the soak)."""
+restart, drain, and audit (the process, stream and audit helpers are testkit's, shared with the soak)."""
 from __future__ import annotations
 
 import os
@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.harness import (
-    DRAIN_S,
-    FAULT_S,
+from testkit import (
     LakesinkProcess,
     Stream,
     audit,
@@ -21,6 +19,9 @@ from bench.harness import (
     wait_until,
 )
 
+DRAIN_S = 150
+
+FAULT_S = 120  # a coordinator needs its Spark session (15-30 s) before it reaches any step
 
 COORDINATOR_STEPS = ("coordinator.after-start-sent", "coordinator.after-end-sent", "coordinator.after-manifest",
                      "coordinator.after-delta-commit", "coordinator.after-ack", "coordinator.during-sweep")

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.harness import LakesinkProcess, chaos_config, files_in_flight, open_table, process_state, wait_until
+from testkit import LakesinkProcess, chaos_config, files_in_flight, open_table, process_state, wait_until
 from connector.app.verify import read_committed
 from connector.config import load_config
 from tests.support import read_topic

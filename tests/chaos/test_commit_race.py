@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.harness import chaos_config, lakesink_commits, open_table, wait_until
+from testkit import chaos_config, lakesink_commits, open_table, wait_until
 from connector.storage.store import Store
 from tests.chaos.harness import expected_ranges
 from tests.s3proxy import S3Proxy

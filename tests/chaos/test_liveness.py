@@ -11,9 +11,8 @@ import pytest
 
 from connector.protocol.channel import read_tail
 from connector.protocol.messages import AckCommit, Assignment, StartCommit, WriteStatus
-from bench.harness import chaos_config
+from testkit import chaos_config, wait_until
 from tests.chaos.harness import expected_ranges
-from bench.harness import wait_until
 
 pytestmark = pytest.mark.chaos
 

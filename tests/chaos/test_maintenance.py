@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import chaos_config
+from testkit import chaos_config, files_in_flight, wait_until
 from tests.chaos.harness import expected_ranges
-from bench.harness import files_in_flight, wait_until
 
 pytestmark = pytest.mark.chaos
 

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from bench.harness import LakesinkProcess, chaos_config, create_topic, wait_until
+from testkit import LakesinkProcess, chaos_config, create_topic, wait_until
 from connector.config import load_config
 from connector.routing import plan
 from connector.table.sink import DeltaTableSink

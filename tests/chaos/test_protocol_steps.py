@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bench.harness import chaos_config
+from testkit import chaos_config
 from tests.chaos.harness import COORDINATOR_STEPS, expected_ranges
 
 pytestmark = pytest.mark.chaos

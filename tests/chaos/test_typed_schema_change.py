@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.harness import (
+from testkit import (
     LakesinkProcess,
     chaos_config,
     exactly_once,

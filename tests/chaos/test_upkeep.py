@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bench.harness import chaos_config, wait_until
+from testkit import chaos_config, wait_until
 from connector.table.sink import DeltaTableSink
 from tests.chaos.harness import Cluster
 from tests.chaos.test_maintenance import small_table_conf

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.harness import chaos_config, open_table, wait_until
+from testkit import chaos_config, open_table, wait_until
 from connector.table.sink import DeltaTableSink
 from tests.chaos.harness import Cluster
 

@@ -9,9 +9,8 @@ import signal
 
 import pytest
 
-from bench.harness import chaos_config
+from testkit import chaos_config, lakesink_commits, wait_until
 from tests.chaos.harness import expected_ranges
-from bench.harness import lakesink_commits, wait_until
 
 pytestmark = pytest.mark.chaos
 

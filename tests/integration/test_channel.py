@@ -14,7 +14,7 @@ from coordinator import state as cstate
 from coordinator.state import CoordinatorState
 from participant import state as pstate
 from participant.state import ParticipantState
-from bench.harness import create_topic, wait_until
+from testkit import create_topic, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
 from connector.config import load_config
 from connector.errors import CommitError
 from connector.protocol.channel import read_tail

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from bench.harness import (
+from testkit import (
     LakesinkProcess,
     audit,
     create_topic,

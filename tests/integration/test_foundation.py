@@ -6,7 +6,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from bench.harness import wait_until
+from testkit import wait_until
 
 pytestmark = pytest.mark.integration
 

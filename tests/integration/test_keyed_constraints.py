@@ -12,7 +12,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import wait_until
+from testkit import wait_until
 from connector.config import config_from_dict
 from connector.errors import CommitAbandonedError, ConstraintViolationError
 from connector.table.sink import DeltaTableSink

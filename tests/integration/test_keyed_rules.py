@@ -35,7 +35,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
-from bench.harness import LakesinkProcess, chaos_config, create_topic, wait_until
+from testkit import LakesinkProcess, chaos_config, create_topic, wait_until
 from tests.keyed_fold import (
     MISSING_KEY,
     UNAVAILABLE,

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from bench.harness import LakesinkProcess, create_topic, open_table, pipeline_config, wait_until
+from testkit import LakesinkProcess, create_topic, open_table, pipeline_config, wait_until
 from tests.support import free_port, http_get, produce_json
 
 pytestmark = pytest.mark.integration

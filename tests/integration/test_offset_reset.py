@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import LakesinkProcess, create_topic, pipeline_config, table_offsets, wait_until
+from testkit import LakesinkProcess, create_topic, pipeline_config, table_offsets, wait_until
 from tests.support import produce_json
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from bench.harness import create_topic, wait_until
+from testkit import create_topic, wait_until
 from connector.config import config_from_dict
 from connector.errors import CommitError, TableHistoryError, TopicRecreatedError
 from connector.kafka.watermarks import topic_ids

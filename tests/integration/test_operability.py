@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
 from tests.support import PacedProducer, free_port, http_get, produce_json, read_topic
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import LakesinkProcess, exactly_once, pipeline_config, table_offsets, wait_until
+from testkit import LakesinkProcess, exactly_once, pipeline_config, table_offsets, wait_until
 from connector.app.service import Roles
 from connector.config import config_from_dict
 from connector.errors import FencedError, NameConflictError

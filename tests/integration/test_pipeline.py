@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bench.harness import (
+from testkit import (
     LakesinkProcess,
     audit,
     exactly_once,

@@ -23,7 +23,7 @@ import deltalake
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import wait_until
+from testkit import wait_until
 from connector.table.sink import DeltaTableSink
 from tests.integration.test_table_features import Sink
 from tests.support import dead_letter_config

@@ -13,7 +13,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from bench.harness import LakesinkProcess, audit, exactly_once, pipeline_config, table_store, wait_until
+from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_store, wait_until
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.storage.store import Location, S3Settings, Store
 from connector.table.sink import DeltaTableSink, txn_tag

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from bench.harness import LakesinkProcess, exactly_once, pipeline_config, wait_until
+from testkit import LakesinkProcess, exactly_once, pipeline_config, wait_until
 from connector.secrets import REDACTED
 from tests.support import free_port, http_get, produce_json, read_topic
 
@@ -45,7 +45,7 @@ def _statuses(config) -> tuple[subprocess.CompletedProcess, subprocess.Completed
 def test_a_planted_secret_reaches_no_output_of_a_running_connector(kafka_bootstrap, tmp_path, monkeypatch):
     from confluent_kafka.admin import AdminClient
 
-    from bench.harness import create_topic
+    from testkit import create_topic
     from connector.config import load_config
     from connector.protocol.messages import CommitFailed, Progress, decode
 

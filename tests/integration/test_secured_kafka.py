@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from bench.harness import LakesinkProcess, pipeline_config, table_offsets, wait_until
+from testkit import LakesinkProcess, pipeline_config, table_offsets, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ def _client(broker, listener: str, **own) -> dict:
 def _topic(broker, listener: str, partitions: int) -> str:
     from confluent_kafka.admin import AdminClient
 
-    from bench.harness import create_topic
+    from testkit import create_topic
 
     name = f"secured-{uuid.uuid4().hex[:12]}"
     create_topic(AdminClient(_client(broker, listener)), name, partitions)

@@ -186,7 +186,7 @@ def test_the_coordinator_on_a_standalone_cluster_commits_an_s3_table_through_its
     """`spark.master` = the cluster: lakesink's coordinator commits a user's S3 table with a CHECK constraint, so
     Delta's writer reads the participants' data files and writes the table's in executor JVMs; every record lands
     once and the master lists the connector's application with executors."""
-    from bench.harness import LakesinkProcess, exactly_once, pipeline_config, table_store, wait_until
+    from testkit import LakesinkProcess, exactly_once, pipeline_config, table_store, wait_until
     from tests.support import produce_json
 
     topic = make_topic(partitions=2)

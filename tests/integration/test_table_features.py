@@ -12,7 +12,7 @@ import deltalake
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import wait_until
+from testkit import wait_until
 from connector.config import config_from_dict
 from connector.errors import CommitAbandonedError, ConstraintViolationError
 from connector.loop import run_until_stopped
@@ -299,7 +299,7 @@ def test_offsets_survive_the_tables_retention_of_txns(kafka_bootstrap, make_topi
 def test_two_connectors_append_to_one_table_each_exactly_once(kafka_bootstrap, make_topic, tmp_path, spark):
     """Two connectors (their own topics) write one table at the same time, from its creation on: each keeps its
     manifests and staging under _lakesink/<connector>/, its own txn, and every record lands exactly once."""
-    from bench.harness import audit
+    from testkit import audit
     from connector.table.sink import DeltaTableSink
 
     table = tmp_path / "tables" / "shared"

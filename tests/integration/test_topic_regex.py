@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from bench.harness import create_topic, open_table, wait_until
+from testkit import create_topic, open_table, wait_until
 from connector.config import config_from_dict
 from tests.integration.test_table_features import Sink
 from tests.support import drain, produce_json

@@ -18,7 +18,7 @@ from connector.app.verify import verify
 from connector.config import config_from_dict
 from connector.table.upkeep import file_stats
 from tests.integration.test_table_features import Sink
-from bench.harness import wait_until
+from testkit import wait_until
 from tests.support import drain
 
 pytestmark = pytest.mark.integration

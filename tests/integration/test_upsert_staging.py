@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
-from bench.harness import wait_until
+from testkit import wait_until
 from connector.config import config_from_dict
 from connector.protocol.channel import ControlChannel
 from connector.protocol.messages import EndCommit, StartCommit, WriteStatus

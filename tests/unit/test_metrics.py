@@ -109,7 +109,7 @@ def test_roles_health_reports_starting_ok_stalled_and_failed():
     roles.add("coordinator", stalls)
     runner = threading.Thread(target=roles.run, kwargs={"shutdown_timeout_s": 5}, daemon=True)
     runner.start()
-    from bench.harness import wait_until
+    from testkit import wait_until
 
     def worker_running():
         ok, body = roles.health()
@@ -136,7 +136,7 @@ def test_roles_health_reports_starting_ok_stalled_and_failed():
 
 def test_a_role_that_gave_up_turns_health_503_with_its_error_and_run_roles_raises_it(tmp_path, monkeypatch):
     from connector.errors import CommitAbandonedError
-    from bench.harness import wait_until
+    from testkit import wait_until
 
     seen: dict = {}
     gave_up = CommitAbandonedError("txn 3 of epoch 1 cannot be committed to /t: permanent; fix it, then restart")
