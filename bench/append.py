@@ -114,6 +114,7 @@ class Bench(ModeRun):
             "target.table.name": name,
             "transaction.interval.ms": str(self.args.txn_interval_ms),
             "flush.size": str(self.args.flush_size),
+            "tasks.max": str(self.args.tasks),
             "spark.master": self.args.spark_master,
             **self.spark_conf(name, DRIVER_JAVA_OPTIONS),
         }
@@ -382,6 +383,7 @@ def child_profile(args) -> int:
     from connector.table.sink import DeltaTableSink
     from coordinator.service import CoordinatorService
     from participant import worker as worker_module
+    from connector.formats.plain_json import JsonRows
     from participant.convert import Converter
     from participant.filegroup import FileGroupWriter
 
@@ -461,7 +463,8 @@ def child_profile(args) -> int:
     timed(W, "_refresh_schema", "_refresh_schema")
     timed(Converter, "convert", "convert")
     timed(Converter, "_convert", "convert._convert")
-    timed(Converter, "_parse", "convert._parse")
+    timed(JsonRows, "read", "convert.json")
+    timed(JsonRows, "_read", "convert.read_json")
     timed(FileGroupWriter, "append", "writer.append")
     timed(FileGroupWriter, "_spill", "writer._spill")
     timed(FileGroupWriter, "_write", "writer._write")

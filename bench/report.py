@@ -49,7 +49,8 @@ PROFILE_ROWS = {
         ("_consume", "group each batch by partition (Python loop over the Messages)"),
         ("convert", "convert: Message accessors (timestamp/offset/key/value per record)"),
         ("convert._convert", "convert: Arrow arrays, size/null checks, meta columns"),
-        ("convert._parse", "convert: pyarrow.json read_json + conform"),
+        ("convert.json", "convert: plain JSON checks, type rules, schema (JsonRows.read)"),
+        ("convert.read_json", "convert: pyarrow.json read_json"),
         ("writer.append", "stage: FileGroupWriter.append (buffer in memory)"),
         ("_handle_records", "_handle_records rest (offset filter, state)"),
         ("writer._spill", "flush at END: concat + conform buffered tables"),
@@ -154,6 +155,7 @@ def append_report(bench) -> list[str]:
     lines = ["", f"lakesink benchmark: {a.records:,} records (~{bench.produced['bytes'] / a.records:.0f} B values, "
                  f"format {a.format}), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
+                 f"tasks.max={a.tasks}, "
                  f"spark.master={a.spark_master}, storage={a.storage}",
              f"  machine: {bench.machine}",
              f"  code: {code_state()}",

@@ -17,6 +17,7 @@ directory removed at exit, also on Ctrl-C or SIGTERM; --keep leaves the director
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--txn-interval-ms", type=int, default=5000, help="lakesink transaction.interval.ms and the SSS "
                                                                      "processingTime trigger")
     p.add_argument("--flush-size", type=int, default=10_000_000, help="lakesink flush.size")
+    p.add_argument("--tasks", type=int, default=os.cpu_count() or 1,
+                   help="lakesink tasks.max: worker processes of `lakesink run` (default: the machine's cores)")
     p.add_argument("--spark-master", default="local[2]")
     p.add_argument("--format", choices=["json", *REGISTRY_FORMATS], default="json",
                    help="the records' format: json (plain JSON), or avro, protobuf, json_schema written by "

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connector.clock import Clock, SystemClock
 from connector.faults import fault_during
 
 log = logging.getLogger(__name__)
@@ -113,15 +114,18 @@ class Upkeep:
     never conflicts with a blind append, so ingestion never waits for it). Never raises."""
 
     def __init__(self, settings: UpkeepSettings, table_uri: str, delta: Callable[[], Any],
-                 spark: Callable[[], Any], read_text: Callable[[str], bytes | None]) -> None:
+                 spark: Callable[[], Any], read_text: Callable[[str], bytes | None],
+                 clock: Clock | None = None) -> None:
         """`table_uri`: the table as Spark reads it (s3a:// on S3); `delta`: the table's newest delta-rs snapshot
         (None before it exists); `spark`: the coordinator's Spark session; `read_text`: a file of the table location
-        by its relative path (None when missing)."""
+        by its relative path (None when missing); `clock`: what the intervals and the round's bound are read on."""
         self.settings = settings
         self._uri, self._delta, self._spark, self._read = table_uri, delta, spark, read_text
+        self._clock = clock or SystemClock()
         self._session = None
+        self._cancelled: str | None = None  # why the OPTIMIZE running now was cancelled, once it is
         self._files_since_look = 0  # files this coordinator committed since upkeep last looked at the table
-        self._vacuum_due = time.monotonic() + settings.vacuum_interval_s
+        self._vacuum_due = self._clock.monotonic() + settings.vacuum_interval_s
         self.stats: FileStats | None = None
         self.last_compaction: Compaction | None = None
         self.last_vacuum: dict[str, Any] | None = None
@@ -146,8 +150,9 @@ class Upkeep:
         """Cancel the OPTIMIZE running in the background, if any: it commits nothing, and nothing waits for it."""
         group, spark = self._group, self._session
         if self.busy and group is not None and spark is not None:
+            self._cancelled = "the coordinator stopped: the OPTIMIZE was cancelled"
             try:
-                spark.sparkContext.cancelJobGroup(group)
+                _cancel(spark.sparkContext, group)
             except Exception as exc:  # noqa: BLE001 - the JVM may be gone already
                 log.debug("could not cancel %s: %s", group, exc)
 
@@ -156,7 +161,7 @@ class Upkeep:
 
     def due(self) -> bool:
         compaction = self.settings.compaction and self._files_since_look >= self.settings.min_files
-        return compaction or (self.settings.vacuum and time.monotonic() >= self._vacuum_due)
+        return compaction or (self.settings.vacuum and self._clock.monotonic() >= self._vacuum_due)
 
     def run(self, partition_columns: tuple[str, ...]) -> None:
         """Compact the partitions whose small files reached `compaction.min.files`, then VACUUM when its interval
@@ -167,8 +172,8 @@ class Upkeep:
                 self._compact(partition_columns)
             except Exception as exc:  # noqa: BLE001 - upkeep never stops the connector
                 log.warning("compaction of %s deferred: %s", self._uri, _one_line(exc))
-        if self.settings.vacuum and time.monotonic() >= self._vacuum_due:
-            self._vacuum_due = time.monotonic() + self.settings.vacuum_interval_s
+        if self.settings.vacuum and self._clock.monotonic() >= self._vacuum_due:
+            self._vacuum_due = self._clock.monotonic() + self.settings.vacuum_interval_s
             try:
                 self._vacuum()
             except Exception as exc:  # noqa: BLE001
@@ -198,23 +203,23 @@ class Upkeep:
         if not due:
             return
         spark = self._spark_session()
-        began = time.monotonic()
+        began = self._clock.monotonic()
         deadline = began + self.settings.max_duration_s
         done = Compaction()
         for _, part in due:
-            if time.monotonic() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 done.deferred = f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached"
                 break
             try:
                 metrics = self._optimize(spark, part, deadline)
             except Exception as exc:  # noqa: BLE001 - a conflict or a cancel: the next round does it again
-                done.deferred = _one_line(exc)
+                done.deferred = self._cancelled or _one_line(exc)
                 break
             done.partitions += 1
             done.files_removed += int(metrics.get("numFilesRemoved") or 0)
             done.files_added += int(metrics.get("numFilesAdded") or 0)
             done.bytes_rewritten += int((metrics.get("filesRemoved") or {}).get("totalSize") or 0)
-        done.duration_s = time.monotonic() - began
+        done.duration_s = self._clock.monotonic() - began
         self.last_compaction = done
         if done.partitions:
             log.info("compacted %d partition(s) of %s: %d small files into %d (%d bytes rewritten) in %.1f s%s",
@@ -233,7 +238,15 @@ class Upkeep:
         context = spark.sparkContext
         group = self._group = f"lakesink-optimize-{uuid.uuid4().hex[:8]}"
         context.setJobGroup(group, f"lakesink compaction of {self._uri}", interruptOnCancel=True)
-        timer = threading.Timer(max(0.0, deadline - time.monotonic()), context.cancelJobGroup, (group,))
+        self._cancelled = None
+
+        def bound() -> None:
+            of = f" of partition {', '.join(f'{column}={value}' for column, value in part)}" if part else ""
+            self._cancelled = (f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached: the "
+                               f"OPTIMIZE{of} was cancelled")
+            _cancel(context, group)
+
+        timer = threading.Timer(max(0.0, deadline - self._clock.monotonic()), bound)
         timer.daemon = True
         timer.start()
         try:
@@ -249,10 +262,10 @@ class Upkeep:
 
     def _vacuum(self) -> None:
         spark = self._spark_session()
-        began = time.monotonic()
+        began = self._clock.monotonic()
         with fault_during("coordinator.during-vacuum"):
             spark.sql(f"VACUUM delta.`{self._uri}` RETAIN {self.settings.retention_hours} HOURS").collect()
-        self.last_vacuum = {"duration_s": round(time.monotonic() - began, 3), "at": round(time.time(), 3),
+        self.last_vacuum = {"duration_s": round(self._clock.monotonic() - began, 3), "at": round(time.time(), 3),
                             "retention_hours": self.settings.retention_hours}
         log.info("VACUUM of %s (retention %d h) took %.1f s", self._uri, self.settings.retention_hours,
                  self.last_vacuum["duration_s"])
@@ -276,6 +289,14 @@ class Upkeep:
                     conf.set(key, cores)
             self._session = session
         return self._session
+
+
+def _cancel(context, group: str) -> None:
+    """Fail the running jobs of `group` and every job it submits from now on: an OPTIMIZE runs several jobs with
+    driver-side work between them (the snapshot, the files to compact, then one job per bin), and `cancelJobGroup`
+    alone cancels only the jobs running at that instant: a cancel falling between two of them would let the
+    OPTIMIZE run on and commit."""
+    context._jsc.sc().cancelJobGroupAndFutureJobs(group)
 
 
 def _quote(name: str) -> str:
