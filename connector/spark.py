@@ -126,3 +126,11 @@ def _quiet_expected_conflicts(spark) -> None:
     error = jvm.org.apache.logging.log4j.Level.ERROR
     for name in QUIET_LOGGERS:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
+
+
+def cancel_job_group(context, group: str) -> None:
+    """Fail the running Spark jobs of `group` and every job it submits from now on. A Delta operation (an OPTIMIZE,
+    a checkpoint) runs several jobs with driver-side work between them, and `cancelJobGroup` alone cancels only the
+    jobs running at that instant: a cancel falling between two of them would let the operation run on and commit.
+    PySpark does not expose the JVM's cancelJobGroupAndFutureJobs."""
+    context._jsc.sc().cancelJobGroupAndFutureJobs(group)

@@ -454,8 +454,10 @@ class CoordinatorService:
         return self._admin_client
 
     def close(self) -> None:
-        """Release every Kafka client: one left alive after its broker stopped keeps reconnecting (and logging)."""
+        """Release every Kafka client: one left alive after its broker stopped keeps reconnecting (and logging);
+        and let a Delta checkpoint being written after the last commit finish, for a few seconds at most."""
         self._upkeep.stop()
+        self.sink.close(CHECKPOINT_CLOSE_S)
         self._admin_client = None
         if self._dlq is not None:
             self._dlq.close()
@@ -802,6 +804,10 @@ def build_spark(cfg: LakesinkConfig, data_jobs: bool):
     conf = {f"spark.hadoop.{k}": v for k, v in store.s3.hadoop_conf().items()} if store.root.is_s3 else {}
     return get_spark(f"lakesink-{cfg.name}", cfg.spark_master, {**conf, **cfg.spark_conf}, data_jobs=data_jobs)
 
+
+CHECKPOINT_CLOSE_S = 5.0
+"""How long a stopping coordinator lets the checkpoint of its last commits finish before cancelling it (the previous
+checkpoint stays in force; readers replay a few more log files)."""
 
 _SENT_STEPS = {StartCommit: "coordinator.after-start-sent", EndCommit: "coordinator.after-end-sent",
                AckCommit: "coordinator.after-ack"}

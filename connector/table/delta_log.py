@@ -4,13 +4,18 @@ directory, the `txn` action (app id, version) and, for a new table or a grown sc
 This is what a Delta append does after its Spark job has written the data files; lakesink's data files are
 the participants' staged files, so the job is skipped and Delta's optimistic transaction does the rest: the
 commit is atomic, `txnVersion` is read inside the transaction so a concurrent commit of the same app id fails
-it (ConcurrentTransactionException), and post-commit hooks (checkpoints, checksums) run as for any write.
+it (ConcurrentTransactionException), and post-commit hooks (checksums, checkpoints) run as for any write; the
+coordinator's sink has Delta's checkpoint hook run after the commit instead of inside it (DeferredCheckpoints).
 """
 from __future__ import annotations
 
+import contextvars
 import json
+import logging
+import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Callable
 
 import deltalake
@@ -18,14 +23,21 @@ import pyarrow as pa
 from py4j.protocol import Py4JError
 
 from connector.schema.widening import delta_widens
+from connector.spark import cancel_job_group
+
+log = logging.getLogger(__name__)
 
 
 class DeltaLogCommitter:
-    def __init__(self, spark, read_table: Callable[[str, int], object] | None = None):
-        """`read_table(table_path, version)`: the table at a version through delta-rs (default: a local path)."""
+    def __init__(self, spark, read_table: Callable[[str, int], object] | None = None,
+                 checkpoints: "DeferredCheckpoints | None" = None):
+        """`read_table(table_path, version)`: the table at a version through delta-rs (default: a local path).
+        `checkpoints`: where a commit that Delta checkpoints leaves its checkpoint to be written once the commit has
+        returned (None: inside the commit, as Delta does)."""
         self._spark = spark
         self._jvm = spark._jvm
         self._read_table = read_table or (lambda path, version: deltalake.DeltaTable(path, version=version))
+        self._checkpoints = checkpoints
 
     def commit(self, table_path: str, app_id: str, version: int, adds: list[dict], *,
                schema: pa.Schema | None, partition_by: tuple[str, ...], expect_new_table: bool,
@@ -63,7 +75,15 @@ class DeltaLogCommitter:
         # connector refreshes its own
         txn_action = {"txn": {"appId": app_id, "version": version, "lastUpdated": int(time.time() * 1000)}}
         actions = [self._action(a) for a in adds] + [self._action(txn_action)]
-        return int(txn.commit(self._seq(actions), self._write_operation(partition_by if is_new else (), user_metadata)))
+        deferred = self._checkpoints is not None and self._checkpoints.unhook(self._spark, txn)
+        committed = int(txn.commit(self._seq(actions), self._write_operation(partition_by if is_new else (),
+                                                                               user_metadata)))
+        if deferred:
+            try:
+                self._checkpoints.after(self._spark, txn, table_path)
+            except Py4JError as exc:  # committed all the same: the next checkpoint version writes a checkpoint
+                log.warning("the Delta checkpoint after version %d of %s is skipped: %s", committed, table_path, exc)
+        return committed
 
     def _read_txn_version(self, txn, table_path: str, app_id: str) -> int:
         """`txn.txnVersion(app_id)`: the app's version in the transaction's snapshot (-1 if none), recorded as
@@ -117,6 +137,134 @@ class DeltaLogCommitter:
 
 class TableExistsError(Exception):
     """The commit expected to create the table, and another writer created it first."""
+
+
+class DeferredCheckpoints:
+    """Delta's checkpoint of the coordinator's commits, written on a thread of its own once the commit has returned.
+
+    Delta checkpoints a table after each commit whose version is a multiple of its delta.checkpointInterval
+    (TransactionHelper.isCheckpointNeeded), and it does so inside `OptimisticTransaction.commit`: the post-commit
+    hook hooks.CheckpointHook writes the Parquet checkpoint and `_last_checkpoint`, seconds of Spark jobs after the
+    commit's JSON has made the data durable and visible. The coordinator's next commit, and so the visibility of the
+    next transaction's records, waited for it. A checkpoint only shortens the log replay of later readers, so
+    `unhook` takes that hook off the transaction before its commit and `after` runs it on this thread, with the
+    same CommittedTransaction and Delta's own error handling (`runPostCommitHook`): Delta still decides whether to
+    checkpoint, and writes the same checkpoint of the same version as atomically as ever (a kill midway leaves the
+    previous checkpoint in force; readers replay a longer log meanwhile). The checksum hook (the version's .crc)
+    stays in the commit: it takes milliseconds, and without it the commit after a checkpoint version rebuilds the
+    table's state. What such a commit still does inside: Delta computes the new snapshot's file count and size for
+    its commit statistics (TransactionHelper.finalizeAndEmitCommitStats, a state reconstruction), which no setting
+    turns off.
+
+    One checkpoint is written at a time. A commit that lands on a checkpoint version while one is being written
+    leaves its own waiting, and a newer one replaces a waiting one (it covers more of the log), so the newest
+    checkpoint never lags the log by more than the interval plus the time one checkpoint takes. `close` lets the
+    one being written finish: a coordinator leaves none running after it stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: _Checkpoint | None = None
+        self._writing: _Checkpoint | None = None
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self.done: list[tuple[str, int]] = []
+        """(table, version) of the newest 100 checkpoints Delta's hook ran for on this thread."""
+
+    def unhook(self, spark, txn) -> bool:
+        """Before `txn.commit`: take Delta's checkpoint hook off the transaction; False when it does not have it
+        (another Delta), and then its commit checkpoints as Delta's always did."""
+        try:
+            hooks = txn.postCommitHooks()
+            hook = _checkpoint_hook(spark)
+            if not hooks.contains(hook):
+                return False
+            hooks.subtractOne(hook)
+            return True
+        except Py4JError as exc:
+            log.debug("Delta's checkpoint hook stays in the commit: %s", exc)
+            return False
+
+    def after(self, spark, txn, table: str) -> None:
+        """After `txn.commit` has returned: the checkpoint Delta planned for the commit, if any, on the thread."""
+        committed = txn.getCommitted().get()
+        if not committed.maintenanceOperation().shouldCheckpoint():
+            return
+        job = _Checkpoint(spark, txn, committed, table, int(committed.committedVersion()))
+        with self._lock:
+            if self._waiting is not None:
+                log.debug("the checkpoint of %s at version %d replaces the waiting one of version %d", table,
+                          job.version, self._waiting.version)
+            self._waiting = job
+            self._idle.clear()
+            if self._thread is None:
+                self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run,),
+                                                name="delta-checkpoint", daemon=True)
+                self._thread.start()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether every checkpoint handed over so far was written (or failed) within `timeout_s`."""
+        return self._idle.wait(timeout_s)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Let the checkpoint being written, and one waiting, finish for up to `timeout_s`; then drop the waiting
+        one and cancel the other's Spark jobs (a cancelled checkpoint leaves the previous one in force)."""
+        if self.wait(timeout_s):
+            return
+        with self._lock:
+            self._waiting, writing = None, self._writing
+        if writing is not None:
+            log.warning("cancelling the Delta checkpoint of %s at version %d, still being written after %.0f s",
+                        writing.table, writing.version, timeout_s)
+            try:
+                cancel_job_group(writing.spark.sparkContext, writing.group)
+            except Exception as exc:  # noqa: BLE001 - the JVM may be gone already
+                log.debug("could not cancel %s: %s", writing.group, exc)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                job, self._waiting = self._waiting, None
+                self._writing = job
+                if job is None:
+                    self._thread = None
+                    self._idle.set()
+                    return
+            self._write(job)
+
+    def _write(self, job: "_Checkpoint") -> None:
+        """Delta's checkpoint hook for the committed transaction, as its commit would have run it. Never raises: a
+        checkpoint that fails is Delta's warning, and the next checkpoint version writes one."""
+        started = time.monotonic()
+        context = job.spark.sparkContext
+        try:
+            context.setJobGroup(job.group, f"lakesink: Delta checkpoint of {job.table} at version {job.version}")
+            job.txn.runPostCommitHook(_checkpoint_hook(job.spark), job.committed)
+            self.done = [*self.done[-99:], (job.table, job.version)]
+            log.debug("Delta checkpoint of %s at version %d done in %.2f s, after its commit", job.table,
+                      job.version, time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - the JVM may be stopping; a checkpoint never stops the connector
+            log.warning("Delta checkpoint of %s at version %d failed: %s", job.table, job.version, exc)
+        finally:
+            try:
+                context.setLocalProperty("spark.jobGroup.id", None)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    spark: object
+    txn: object  # the OptimisticTransaction that committed
+    committed: object  # its CommittedTransaction
+    table: str
+    version: int
+    group: str = field(default_factory=lambda: f"lakesink-checkpoint-{uuid.uuid4().hex[:8]}")
+
+
+def _checkpoint_hook(spark):
+    """Delta's hooks.CheckpointHook (a Scala object)."""
+    return getattr(getattr(spark._jvm.org.apache.spark.sql.delta.hooks, "CheckpointHook$"), "MODULE$")
 
 
 def added_columns(table: dict, records: dict, path: str = "", widening: bool = False) -> dict:

@@ -33,7 +33,7 @@ from connector.storage.store import Location, Store
 from connector.table import delta_writer, merge
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
 from connector.table.preflight import partitioning_refusal
-from connector.table.delta_log import DeltaLogCommitter, TableExistsError
+from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter, TableExistsError
 from connector.table.failures import Failure, classify
 from connector.formats.fit import Mismatch
 from connector.table.agreement import exact_ints
@@ -139,6 +139,8 @@ class DeltaTableSink:
     file group with a file gone is left out, and its records read again."""
     _spark_ready: bool = False
     _table: object | None = field(default=None, repr=False)  # the deltalake.DeltaTable _delta keeps up to date
+    # Delta's checkpoints of this sink's commits, written after each commit rather than inside it
+    _checkpoints: DeferredCheckpoints = field(default_factory=DeferredCheckpoints, repr=False)
 
     def __post_init__(self) -> None:
         if self.store is None:
@@ -452,7 +454,7 @@ class DeltaTableSink:
                 conformed.append(f)
             adds = [add_action(f.path, f.bytes, f.modified_ms, f.partition_values, f.stats) for f in conformed]
         try:
-            DeltaLogCommitter(spark, self._read_table).commit(
+            self._committer(spark).commit(
                 self.store.root.spark_path, self.app_id, version, adds, partition_by=self.partition_by,
                 schema=schema if (table_schema is None or self.schema_evolution) else None,
                 expect_new_table=expect_new_table, user_metadata=user_metadata)
@@ -461,6 +463,9 @@ class DeltaTableSink:
             raise
         self.store.delete_unreferenced(replaced, "replaced by a conformed copy")
         return None
+
+    def _committer(self, spark) -> DeltaLogCommitter:
+        return DeltaLogCommitter(spark, self._read_table, self._checkpoints)
 
     def _read_table(self, _path: str, version: int):
         """The table at `version` for the commit's txn read: the snapshot _append has just brought up to date,
@@ -524,7 +529,7 @@ class DeltaTableSink:
         total = sum(f.rows for f, _ in files)
         grows = self.schema_evolution and any(table_schema.get_field_index(n) < 0 for n in schema.names)
         if total == len(violations):
-            DeltaLogCommitter(spark, self._read_table).commit(
+            self._committer(spark).commit(
                 self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by, schema=None,
                 expect_new_table=False, user_metadata=user_metadata)
         else:
@@ -616,7 +621,7 @@ class DeltaTableSink:
         else:
             df, rejected = self._hold_to_rules(spark, version, statuses, files, staged, plan, profile)
             if rejected == total:
-                DeltaLogCommitter(spark, self._read_table).commit(
+                self._committer(spark).commit(
                     self.store.root.spark_path, self.app_id, version, [], partition_by=self.partition_by,
                     schema=None, expect_new_table=False, user_metadata=user_metadata)
                 return 0, rejected
@@ -874,6 +879,11 @@ class DeltaTableSink:
                 attempt += 1
 
     # --- housekeeping --------------------------------------------------------------------------------------
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Let the Delta checkpoint of a commit of this sink that is still being written finish (for up to
+        `timeout_s`, then cancel it): nothing of the sink runs on after its coordinator stops."""
+        self._checkpoints.close(timeout_s)
 
     def prune_manifests(self, keep: int = KEEP_MANIFESTS) -> None:
         versions = self.manifest_versions()

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from connector.clock import Clock, SystemClock
 from connector.faults import fault_during
+from connector.spark import cancel_job_group
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class Upkeep:
         if self.busy and group is not None and spark is not None:
             self._cancelled = "the coordinator stopped: the OPTIMIZE was cancelled"
             try:
-                _cancel(spark.sparkContext, group)
+                cancel_job_group(spark.sparkContext, group)
             except Exception as exc:  # noqa: BLE001 - the JVM may be gone already
                 log.debug("could not cancel %s: %s", group, exc)
 
@@ -236,15 +237,14 @@ class Upkeep:
         if self.settings.zorder_by:
             sql += " ZORDER BY (" + ", ".join(_quote(c) for c in self.settings.zorder_by) + ")"
         context = spark.sparkContext
+        self._cancelled = None  # before the group is known: stop() may cancel it from then on
         group = self._group = f"lakesink-optimize-{uuid.uuid4().hex[:8]}"
         context.setJobGroup(group, f"lakesink compaction of {self._uri}", interruptOnCancel=True)
-        self._cancelled = None
-
         def bound() -> None:
             of = f" of partition {', '.join(f'{column}={value}' for column, value in part)}" if part else ""
             self._cancelled = (f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached: the "
                                f"OPTIMIZE{of} was cancelled")
-            _cancel(context, group)
+            cancel_job_group(context, group)
 
         timer = threading.Timer(max(0.0, deadline - self._clock.monotonic()), bound)
         timer.daemon = True
@@ -289,14 +289,6 @@ class Upkeep:
                     conf.set(key, cores)
             self._session = session
         return self._session
-
-
-def _cancel(context, group: str) -> None:
-    """Fail the running jobs of `group` and every job it submits from now on: an OPTIMIZE runs several jobs with
-    driver-side work between them (the snapshot, the files to compact, then one job per bin), and `cancelJobGroup`
-    alone cancels only the jobs running at that instant: a cancel falling between two of them would let the
-    OPTIMIZE run on and commit."""
-    context._jsc.sc().cancelJobGroupAndFutureJobs(group)
 
 
 def _quote(name: str) -> str:
