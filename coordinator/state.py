@@ -22,8 +22,11 @@ over the workers' latest) reaches `max_records` or `max_bytes` (0: no such limit
 and every worker has read it: some partition was behind at the START (more records waiting than an interval
 brings), and every worker holding the txn's partitions says each of them has reached the high watermark it had at
 the START (a backlog is committed as soon as it is read, not when the timer fires; a stream that keeps up is ENDed
-by its interval). A txn that reaches a limit or its backlog's end while the previous txn's commit is outstanding
-ENDs as soon as that commit goes through. Each Commit says why its txn ended (`ended_by`: interval, size, caught_up
+by its interval). Past its interval, a txn reading a backlog goes on while some worker reported more records for it
+within READING_WINDOW_S (or an interval, if longer), until the backlog is read or a size limit is reached (only with a size limit, which bounds
+it): a backlog goes into few large commits, not one per interval, which matters most to MERGEs. A txn that reaches
+a limit or its backlog's end while the previous txn's commit is outstanding ENDs as soon as that commit goes
+through. Each Commit says why its txn ended (`ended_by`: interval, size, caught_up
 or stop).
 """
 from __future__ import annotations
@@ -48,6 +51,11 @@ from connector.protocol.messages import (
     WriteStatus,
     txn_version,
 )
+
+
+READING_WINDOW_S = 2.0
+"""How recently (or within one interval, when longer) a worker must have reported more records for a txn reading a
+backlog to keep it going past its interval: a partition that cannot reach its mark costs at most that much more."""
 
 
 class Phase(Enum):
@@ -252,6 +260,7 @@ class CoordinatorState:
         self._max_records, self._max_bytes = max_records, max_bytes
         self._buffered: dict[str, tuple[int, int]] = {}  # worker -> (records, bytes) it holds for this txn
         self._backlogs: dict[str, tuple[int, bool]] = {}  # worker -> (backlog, caught_up) it reported for this txn
+        self._grew_at: float | None = None  # when a worker last reported more records for this txn (monotonic)
         self._end_reason = "interval"
         # worker -> the partitions it last said it holds; a partition some worker once held and none holds now is
         # not waited for (a revoked or stopped worker's partition: its next owner joins the next txn)
@@ -366,6 +375,8 @@ class CoordinatorState:
         if self._phase is Phase.CONSUMING:
             if self._committing is not None:
                 return []  # this txn's START offsets are valid only if the previous txn commits: wait for it
+            if self._reading_backlog():
+                return []
             return self._end()
         if self._phase is Phase.COLLECTING:
             self._stats["txn_timed_out"] += 1
@@ -462,6 +473,17 @@ class CoordinatorState:
                 covered |= mine
         return covered >= self._start_offsets.keys()
 
+    def _reading_backlog(self) -> bool:
+        """Whether the txn, past its interval, goes on reading its backlog: some worker had one at the START, not
+        all have read it, a size limit bounds the txn, and some worker reported more records within
+        READING_WINDOW_S or one interval (a worker that stopped growing, a partition that cannot reach its mark, ENDs
+        it)."""
+        if not (self._max_records or self._max_bytes) or self._grew_at is None:
+            return False
+        if not any(backlog for backlog, _ in self._backlogs.values()) or self._backlog_read():
+            return False
+        return self._clock.monotonic() - self._grew_at < max(READING_WINDOW_S, self._interval_s)
+
     def _early_end(self) -> str | None:
         """Why the consuming txn ENDs before its interval now (None: it does not)."""
         if self._size_reached():
@@ -476,6 +498,8 @@ class CoordinatorState:
         if (msg.connector != self._connector or msg.epoch != self._epoch or msg.txn != self._txn
                 or self._phase is not Phase.CONSUMING):
             return []
+        if msg.records > self._buffered.get(msg.worker, (0, 0))[0]:
+            self._grew_at = self._clock.monotonic()
         self._buffered[msg.worker] = (msg.records, msg.bytes)
         self._backlogs[msg.worker] = (msg.backlog, msg.caught_up)
         reason = self._early_end() if self._committing is None else None
@@ -551,6 +575,7 @@ class CoordinatorState:
         self._received = {}
         self._buffered = {}
         self._backlogs = {}
+        self._grew_at = None
         self._phase = Phase.CONSUMING
         self._deadline = Deadline.after(self._clock, self._interval_s)
         start = StartCommit(self._connector, self._epoch, txn, dict(self._start_offsets), sent_at=self._clock.wall())
@@ -606,7 +631,8 @@ class CoordinatorState:
         reason = self._early_end() if self._phase is Phase.CONSUMING else None
         if reason is not None:
             return self._end(reason)
-        if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired():
+        if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired() \
+                and not self._reading_backlog():
             return self._end()
         return []
 

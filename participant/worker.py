@@ -66,6 +66,8 @@ REPLAY_LAST = 1000
 SESSION_TIMEOUT_MS = "10000"
 """The consumer's session.timeout.ms unless consumer.session.timeout.ms is set: how long the partitions of a worker
 that stopped for good wait for it (static members do not leave their group when they close)."""
+READING_REPORT_S = 0.25
+"""How often a worker reading a backlog tells the coordinator it holds more (coordinator/state.py READING_WINDOW_S)."""
 MIN_SIZED_BATCH = 100
 """The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
 
@@ -133,6 +135,7 @@ class Worker:
         self._announced: tuple | None = None  # (epoch, partitions, registry_waiting) of the last Assignment sent
         # ((epoch, txn), records, bytes, backlog, caught_up) of the last BUFFERED sent
         self._buffered_sent: tuple = ((-1, -1), 0, 0, 0, False)
+        self._buffered_at = float("-inf")  # when the last BUFFERED was sent (monotonic)
         self._subscribed: list[str] | None = None  # the topics the consumer subscribes to
         self._topics_due: Deadline | None = None  # kafka.topic.regex: when to look for new matching topics
         self._store = Store.for_config(cfg)
@@ -664,11 +667,15 @@ class Worker:
                 log.info("holding %d records (%d bytes) for txn %d, a commit limit: reading again at the next "
                          "START", records, size, start.txn)
         changed = (backlog, caught_up) != (sent_backlog, sent_caught_up)
-        if not grown and not changed and not (full and (records, size) != (sent_records, sent_bytes)):
+        # while it reads a backlog, the coordinator keeps the txn past its interval as long as it hears it grow
+        reading = backlog and not caught_up and records > sent_records \
+            and self.clock.monotonic() - self._buffered_at >= READING_REPORT_S
+        if not grown and not changed and not reading and not (full and (records, size) != (sent_records, sent_bytes)):
             return
         self._channel.send(Buffered(cfg.name, start.epoch, start.txn, worker=self.worker_id, records=records,
                                     bytes=size, backlog=backlog, caught_up=caught_up), flush=False)
         self._buffered_sent = (txn, records, size, backlog, caught_up)
+        self._buffered_at = self.clock.monotonic()
 
     def _backlog(self, start: StartCommit, current: list[PartitionRunner]) -> tuple[int, bool]:
         """(how many of this worker's partitions of the txn were behind at its START, whether every one of them

@@ -8,7 +8,7 @@ import uuid
 import pyarrow.compute as pc
 import pytest
 
-from testkit import open_table
+from testkit import open_table, wait_until
 from connector.config import config_from_dict
 from connector.kafka.clients import KafkaClients
 from connector.protocol.channel import read_tail
@@ -67,10 +67,12 @@ def test_a_backlog_is_committed_once_read_and_a_stream_that_keeps_up_by_its_inte
     cfg = _config(kafka_bootstrap, topic, table_path, **{"commit.max.bytes": 0})
     with Sink(cfg, spark) as sink:
         drain(sink, cfg, {(topic, p): n for p, n in produced.items()}, "the backlog committed", 120)
-        backlog = [p for p in _progress(cfg) if p["rows"]]
+        # PROGRESS follows the commit: wait for it
+        backlog = wait_until(lambda: [p for p in _progress(cfg) if p["rows"]], 30, "the backlog's PROGRESS")
         more = produce_json(kafka_bootstrap, topic, 40, 2, start=6000)
         drain(sink, cfg, {(topic, p): produced[p] + more[p] for p in produced}, "the stream committed", 120)
-    progress = _progress(cfg)
+    progress = wait_until(lambda: (lambda found: found if sum(p["rows"] for p in found) == 6040 else None)(
+        _progress(cfg)), 30, "the stream's PROGRESS")
     stream = [p for p in progress[len(backlog):] if p["rows"]]
     assert [p["ended_by"] for p in backlog] == ["caught_up"] * len(backlog), [(p["ended_by"], p["rows"])
                                                                                  for p in progress]
@@ -79,6 +81,28 @@ def test_a_backlog_is_committed_once_read_and_a_stream_that_keeps_up_by_its_inte
     assert "size" not in {p["ended_by"] for p in progress}
     report(f"a backlog of 6,000 records with interval {INTERVAL_MS} ms: {len(backlog)} txn(s) ended caught up in "
            f"{[p['txn_duration_s'] for p in backlog]} s; then 40 records kept up with, ended by the interval")
+
+
+def test_a_backlog_longer_than_an_interval_goes_into_one_commit(kafka_bootstrap, make_topic, table_path, spark, report):
+    """With a size limit (commit.max.bytes, 1 GiB by default), a txn reading a backlog goes on past its interval
+    while the workers keep reading, and ENDs once the backlog is read: one commit, not one per interval."""
+    topic = make_topic(partitions=2)
+    first = produce_json(kafka_bootstrap, topic, 1000, 2)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 500})
+    with Sink(cfg, spark) as sink:
+        drain(sink, cfg, {(topic, p): n for p, n in first.items()}, "the table made", 180)
+        made = wait_until(lambda: (lambda found: found if sum(p["rows"] for p in found) == 1000 else None)(
+            _progress(cfg)), 30, "the first PROGRESS")
+        more = produce_json(kafka_bootstrap, topic, 150_000, 2, start=1000)
+        drain(sink, cfg, {(topic, p): first[p] + more[p] for p in first}, "the backlog committed", 180)
+        progress = wait_until(lambda: (lambda found: found if sum(p["rows"] for p in found) == 151_000 else None)(
+            _progress(cfg)), 30, "the backlog's PROGRESS")
+    data = [(p["ended_by"], p["rows"], p["txn_duration_s"]) for p in progress[len(made):] if p["rows"]]
+    # a txn started before the backlog arrived ends at its interval with what it read by then; the next one starts
+    # behind and reads what was there at its START past its 500 ms (100,000 records take about a second here), and
+    # a last one what arrived meanwhile
+    assert any(ended_by == "caught_up" and rows >= 100_000 for ended_by, rows, _ in data), data
+    report(f"a backlog of 150,000 records at transaction.interval.ms=500: txns (ended by, rows, seconds) {data}")
 
 
 def test_spills_fill_files_up_to_the_target_size_and_a_dead_writers_temporary_file_is_swept(

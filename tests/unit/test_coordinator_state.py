@@ -529,3 +529,36 @@ def test_a_report_of_an_earlier_txn_does_not_end_the_current_one() -> None:
     coord.on_committed(3, {P0: 15, P1: 25})
     assert coord.txn == 2
     assert coord.on_message(backlog_report("w", 2, True, txn=1)) == [] and coord.phase is Phase.CONSUMING
+
+
+def reading(worker: str, records: int, *, txn: int = 1) -> Buffered:
+    return Buffered("sink", 1, txn, worker=worker, records=records, bytes=0, backlog=1, caught_up=False)
+
+
+def test_past_its_interval_a_txn_goes_on_while_its_backlog_is_read_and_ends_once_it_is() -> None:
+    coord, clock = sized(max_bytes=1 << 30)
+    held(coord, w1=(P0, P1))
+    clock.advance(0.6)
+    assert coord.on_message(reading("w1", 100)) == []
+    clock.advance(INTERVAL_MS / 1000 - 0.6)
+    assert coord.tick() == [] and coord.phase is Phase.CONSUMING  # it grew 0.4 s ago: it goes on
+    clock.advance(1.5)
+    assert coord.tick() == [], "1.9 s after it grew, within the 2 s window"
+    assert coord.on_message(reading("w1", 900)) == [] and coord.tick() == []
+    [end] = sent(coord.on_message(backlog_report("w1", 1, True)))
+    assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_caught_up"] == 1
+
+
+def test_a_backlog_that_stops_growing_or_has_no_size_limit_ends_at_the_interval() -> None:
+    coord, clock = sized(max_bytes=1 << 30)
+    held(coord, w1=(P0, P1))
+    coord.on_message(reading("w1", 100))
+    clock.advance(2.0)  # nothing more heard for the reading window (longer than the interval here)
+    [end] = sent(coord.tick())
+    assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_interval"] == 1
+    unlimited, clock = sized()
+    held(unlimited, w1=(P0, P1))
+    unlimited.on_message(reading("w1", 100))
+    clock.advance(INTERVAL_MS / 1000)
+    [end] = sent(unlimited.tick())  # no size limit bounds the txn: the interval does
+    assert isinstance(end, EndCommit)
