@@ -695,11 +695,11 @@ class Worker:
                     caught_up = False
                     continue
             end = runner.backlog[1]
-            if end is None:
-                continue
+            if end is None or runner.held == txn or runner.out_of_range:
+                continue  # no backlog, or one it reads no further in this txn (a limit, the registry, out of range)
             backlog += 1
             position = runner.state.position
-            if runner.held != txn and not runner.out_of_range and (position is None or position < end):
+            if position is None or position < end:
                 caught_up = False
         return backlog, caught_up
 
