@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.harness import (POLL_S, Children, ControlTail, DeltaLogWatcher, ModeRun, PacedProducer, PhaseFailed,
-                           TreeMemory, await_result, child_result, delta_rs_rows, emit, pct, run_phase, say, self_cmd,
-                           txn_timeline, watch)
+                           TreeMemory, await_result, child_result, delta_rs_rows, emit, pct, quantiles, run_phase, say,
+                           self_cmd, txn_timeline, watch)
 from bench.records import produce_backlog, sss_schema, value_writer
 from bench.report import append_report, fmt, write_json
 from bench.s3 import table_log, table_store
@@ -57,6 +57,8 @@ S3_PREFIX = "bench"
 """The key prefix of the tables (and SSS's checkpoint) on the bench's S3 server."""
 PHASES = ("raw", "lakesink", "sss", "latency", "profile")
 DEFAULT_PHASES = "raw,lakesink,sss,latency"
+LATENCY_SAMPLE = 2000
+"""How many of the latency phase's per-record latencies the JSON keeps (evenly spaced by rank: its CDF)."""
 
 
 @dataclass
@@ -93,14 +95,6 @@ class Bench(ModeRun):
     @property
     def records(self) -> int:
         return self.args.records
-
-    def spark_conf(self, name: str, java_options: str = "") -> dict[str, str]:
-        """Spark's scratch space in the work directory. `java_options` go before the tmpdir option: lakesink
-        keeps its default driver options (connector.spark.DRIVER_JAVA_OPTIONS), SSS runs with Spark's own."""
-        local = self.work / f"spark-{name}"
-        (local / "tmp").mkdir(parents=True, exist_ok=True)
-        return {"spark.local.dir": str(local),
-                "spark.driver.extraJavaOptions": f"{java_options} -Djava.io.tmpdir={local / 'tmp'}".strip()}
 
     def lakesink_config(self, name: str, topic: str) -> Path:
         from connector.spark import DRIVER_JAVA_OPTIONS
@@ -275,6 +269,7 @@ class Bench(ModeRun):
                 "produced": paced.produced, "achieved_rate": paced.produced / (paced.ended - paced.started),
                 "measured": len(latencies), "p50_ms": pct(latencies, 50), "p90_ms": pct(latencies, 90),
                 "p99_ms": pct(latencies, 99), "max_ms": latencies[-1] if latencies else None,
+                "sample_ms": quantiles(latencies, LATENCY_SAMPLE),
                 "mean_ms": sum(latencies) / len(latencies) if latencies else None,
                 "commits": len(watcher.data_versions()), "txns": txn_timeline(control.messages),
                 "s3_requests": self.s3_requests(paced.started, None, done, watcher), **memory.summary()}

@@ -37,6 +37,14 @@ def pct(values: list[float], p: float) -> float | None:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+def quantiles(values: list[float], points: int) -> list[float]:
+    """At most `points` of the sorted `values`, evenly spaced by rank, the first and the last among them: a CDF
+    (or a time series) small enough for the JSON."""
+    if len(values) <= points:
+        return list(values)
+    return [values[round(i * (len(values) - 1) / (points - 1))] for i in range(points)]
+
+
 # --- child processes ----------------------------------------------------------------------------------------
 
 class Children:
@@ -86,6 +94,14 @@ class ModeRun:
     machine: str
     children: Children = field(default_factory=Children)
     results: dict = field(default_factory=dict)
+
+    def spark_conf(self, name: str, java_options: str = "") -> dict[str, str]:
+        """Spark's scratch space in the work directory. `java_options` go before the tmpdir option: lakesink
+        keeps its default driver options (connector.spark.DRIVER_JAVA_OPTIONS), SSS runs with Spark's own."""
+        local = self.work / f"spark-{name}"
+        (local / "tmp").mkdir(parents=True, exist_ok=True)
+        return {"spark.local.dir": str(local),
+                "spark.driver.extraJavaOptions": f"{java_options} -Djava.io.tmpdir={local / 'tmp'}".strip()}
 
 
 def self_cmd(phase: str, **kwargs) -> list[str]:
@@ -227,12 +243,15 @@ class TreeMemory:
     high-water mark, so nothing between samples is missed). Left out: a fork that has not exec'd yet (same
     executable as its parent) and processes seen in fewer than MIN_SAMPLES samples. A JVM forks to run
     `bash`/`chmod` for Hadoop's file system calls, and until the exec such a fork reports the whole JVM's
-    resident pages as its own."""
+    resident pages as its own. The summary also keeps the tree's RSS over time (VmRSS summed over the processes
+    kept), at most SERIES_POINTS samples of it."""
 
     MIN_SAMPLES = 3
+    SERIES_POINTS = 500
 
     def __init__(self, pid: int):
         self.pid = pid
+        self.times: list[float] = []
         self.peak_kb: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.seen: dict[int, int] = defaultdict(int)
@@ -249,16 +268,20 @@ class TreeMemory:
             self.seen[p] += 1
             rss[p] = int(st.get("VmRSS", "0 kB").split()[0])
         self._rss.append(rss)
+        self.times.append(time.time())
 
     def summary(self) -> dict:
         lasting = [p for p in self.peak_kb if self.seen[p] >= self.MIN_SAMPLES]
         by_name: dict[str, int] = defaultdict(int)
         for p in lasting:
             by_name[self.names[p]] += self.peak_kb[p]
-        max_sum = max((sum(kb for p, kb in sample.items() if p in lasting) for sample in self._rss), default=0)
+        sums = [sum(kb for p, kb in sample.items() if p in lasting) for sample in self._rss]
+        series = [(round(t - self.times[0], 2), round(kb / 1024, 1)) for t, kb in zip(self.times, sums)]
         return {"peak_rss_mb": round(sum(self.peak_kb[p] for p in lasting) / 1024, 1),
                 "peak_rss_by_process_mb": {k: round(v / 1024, 1) for k, v in sorted(by_name.items())},
-                "max_sampled_tree_rss_mb": round(max_sum / 1024, 1)}
+                "max_sampled_tree_rss_mb": round(max(sums, default=0) / 1024, 1),
+                "rss_series": {"started": self.times[0] if self.times else None,
+                               "seconds_mb": quantiles(series, self.SERIES_POINTS)}}
 
 
 # --- a Delta table's log, the control topic ---------------------------------------------------------------------
@@ -341,12 +364,15 @@ def delta_rs_rows(store) -> int | None:
 class ControlTail:
     """Every message of the control topic, decoded, from the beginning (the protocol timeline)."""
 
-    def __init__(self, bootstrap: str, topic: str):
+    def __init__(self, bootstrap: str, topic: str, create: bool = True):
+        """`create`: make the topic first (before lakesink does, so it can be tailed); False when an earlier run of
+        the same connector made it."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         from connector.protocol.channel import CONTROL_TOPIC_CONFIG
 
-        create_topic(bootstrap, topic, 1, CONTROL_TOPIC_CONFIG)  # before lakesink does, so it can be tailed
+        if create:
+            create_topic(bootstrap, topic, 1, CONTROL_TOPIC_CONFIG)
         self.messages: list = []
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                                    "enable.auto.commit": False, "enable.partition.eof": False})

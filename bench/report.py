@@ -148,6 +148,14 @@ def report_requests(label: str, requests: dict | None) -> list[str]:
     return out
 
 
+def loads_and_errors(results: dict) -> list[str]:
+    """The load average around each phase of `results`, and the phases that failed."""
+    loads = ", ".join(f"{k} {v['load_average']['before'][0]:.1f}->{v['load_average']['after'][0]:.1f}"
+                      for k, v in results.items() if isinstance(v, dict) and "load_average" in v)
+    lines = [f"  1-min load average before->after each phase (2 CPUs busy = 2.0): {loads}"] if loads else []
+    return lines + [f"  {phase} FAILED: {error.splitlines()[0]}" for phase, error in results.get("errors", {}).items()]
+
+
 def append_report(bench) -> list[str]:
     """The append mode's report (`bench` is a bench.append.Bench): a table of the phases' figures, then the last
     line."""
@@ -202,12 +210,7 @@ def append_report(bench) -> list[str]:
     if "profile" in r:
         lines += report_profile(r["profile"])
         lines += report_txns("profile", r["profile"].get("txns"))
-    loads = ", ".join(f"{k} {v['load_average']['before'][0]:.1f}->{v['load_average']['after'][0]:.1f}"
-                      for k, v in r.items() if isinstance(v, dict) and "load_average" in v)
-    if loads:
-        lines.append(f"  1-min load average before->after each phase (2 CPUs busy = 2.0): {loads}")
-    for phase, error in r.get("errors", {}).items():
-        lines.append(f"  {phase} FAILED: {error.splitlines()[0]}")
+    lines += loads_and_errors(r)
     ls = r.get("lakesink", {}).get("warm_rps")
     raw = r.get("raw", {}).get("rps")
     sss = r.get("sss", {}).get("warm_rps")
@@ -297,6 +300,75 @@ def upsert_report(bench) -> list[str]:
     return lines
 
 
+SCALE_TABLES = {
+    "partitions": ("by_partitions", [
+        ("P", lambda k, x: k), ("rec/s", lambda k, x: fmt(x.get("warm_rps"))),
+        ("txns", lambda k, x: x["txns"].get("count", 0)), ("files", lambda k, x: fmt(x.get("files_per_commit"))),
+        ("commit p50", lambda k, x: fmt(x["commit_p50_s"], ".2f")),
+        ("max", lambda k, x: fmt(x["commit_max_s"], ".2f")),
+        ("Delta p50", lambda k, x: fmt(x["delta_commit_p50_s"], ".2f")),
+        ("ratio", lambda k, x: fmt(x["commit_ratio"], ".2f")),
+        ("P ratio", lambda k, x: f"{x['partitions_ratio']:.1f}"), ("peak RSS MB", lambda k, x: fmt(x["peak_rss_mb"]))]),
+    "history": ("by_history", [
+        ("N", lambda k, x: k), ("versions", lambda k, x: f"{x['table_versions']:,}"),
+        ("built s", lambda k, x: f"{x['built']['seconds']:.1f}"),
+        ("first commit", lambda k, x: fmt(x["first_commit_s"], ".1f")),
+        ("first START", lambda k, x: fmt(x["first_start_s"], ".1f")),
+        ("first data", lambda k, x: fmt(x["first_data_commit_s"], ".1f")),
+        ("run before", lambda k, x: fmt(x["first_run"]["first_commit_s"], ".1f")),
+        ("peak RSS MB", lambda k, x: fmt(x["peak_rss_mb"]))]),
+    "sizes": ("by_size", [
+        ("bytes", lambda k, x: k), ("records", lambda k, x: f"{x['records']:,}"),
+        ("rec/s", lambda k, x: fmt(x.get("warm_rps"))),
+        ("MB/s", lambda k, x: fmt(x.get("warm_mbps"), ".1f")), ("raw rec/s", lambda k, x: fmt(x["raw_rps"])),
+        ("raw MB/s", lambda k, x: fmt(x["raw_mbps"], ".1f")), ("ratio", lambda k, x: fmt(x["ratio_raw"], ".3f")),
+        ("commits", lambda k, x: x["commits"]), ("peak RSS MB", lambda k, x: fmt(x["peak_rss_mb"]))]),
+}
+"""Per phase of the scale mode: where its figures are, and the columns of its table (heading, cell of key and
+figures)."""
+
+
+def scale_report(bench) -> list[str]:
+    """The scale mode's report (`bench` is a bench.scale.ScaleBench): a table per phase, then the last line."""
+    r, a = bench.results, bench.args
+    lines = ["", f"lakesink scale benchmark: transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
+                 f"spark.master={a.spark_master}, storage=local",
+             f"  machine: {bench.machine}", f"  code: {code_state()}"]
+    about = {
+        "partitions": [f"  partitions: a backlog of {a.scale_records:,} records (~200 B) per topic (rec/s), then "
+                       f"{a.scale_stream_rate:,} records/s for {a.scale_stream_seconds:.0f} s (commits), tasks.max=1",
+                       "    commit = last WRITE-STATUS -> ACK on the control topic, of the stream's txns (Delta = the "
+                       "commit duration PROGRESS reports); files = p50 per commit; ratio = commit p50 / the first P's, "
+                       "next to P / the first P"],
+        "history": [f"  history: recovery of `lakesink run` on a table of N commits "
+                    f"({r.get('history', {}).get('records_per_run')} records per run), seconds after process start",
+                    "    first commit = the epoch claim; run before = the run that committed on top of the history "
+                    "written, first commit"],
+        "sizes": [f"  sizes: tasks.max={a.tasks}, {a.partitions} partitions, warm (first START -> last commit visible) "
+                  f"and the raw consumer on the same topic"]}
+    tables = {}
+    for phase, (key, columns) in SCALE_TABLES.items():
+        table = tables[phase] = r.get(phase, {}).get(key, {})
+        if not table:
+            continue
+        widths = [max(len(h), 7) for h, _ in columns]
+        lines.append(about[phase][0])
+        lines.append("  " + " ".join(f"{h:>{w}}" for (h, _), w in zip(columns, widths)))
+        for k, x in table.items():
+            lines.append("  " + " ".join(f"{cell(k, x)!s:>{w}}" for (_, cell), w in zip(columns, widths)))
+        lines += about[phase][1:]
+    parts, hist, sizes = tables["partitions"], tables["history"], tables["sizes"]
+    lines += loads_and_errors(r)
+
+    def pairs(table: dict, key: str, spec: str) -> str:
+        return ",".join(f"{k}:{fmt(x.get(key), spec)}" for k, x in table.items()) or "n/a"
+
+    lines.append(f"scale partitions_commit_p50_s={pairs(parts, 'commit_p50_s', '.2f')} "
+                 f"recovery_s={pairs(hist, 'first_commit_s', '.1f')} sizes_rps={pairs(sizes, 'warm_rps', '.0f')} "
+                 f"sizes_mbps={pairs(sizes, 'warm_mbps', '.1f')}")
+    return lines
+
+
 def write_json(path: str, figures: dict) -> None:
-    """Every figure of a run (--json)."""
-    Path(path).write_text(json.dumps(figures, indent=2, default=str))
+    """Every figure of a run (--json), with the code measured."""
+    Path(path).write_text(json.dumps({"code": code_state(), **figures}, indent=2, default=str))

@@ -5,9 +5,10 @@
     make bench BENCH_ARGS="--records 200000 --phases raw,lakesink"
     .venv/bin/python bench/run.py --mode upsert        # keyed changes: lakesink upsert against foreachBatch + MERGE
     .venv/bin/python bench/run.py --format avro --phases raw,lakesink   # the same records in Avro
+    .venv/bin/python bench/run.py --mode scale         # partitions, history length, record sizes
 
 Starts a KRaft broker in a temporary directory (unless --bootstrap is given) and runs the mode: `--mode append`
-(the default) is bench/append.py, `--mode upsert` bench/upsert.py; each one's docstring says what it measures, and
+(the default) is bench/append.py, `--mode upsert` bench/upsert.py, `--mode scale` bench/scale.py; each one's docstring says what it measures, and
 bench/report.py what it prints. The phases that run in a process of their own are this script again
 (`--_phase NAME`, bench/harness.py's self_cmd).
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import append, upsert  # noqa: E402
+from bench import append, scale, upsert  # noqa: E402
 from bench.append import DEFAULT_PHASES, PHASES  # noqa: E402
 from bench.harness import say  # noqa: E402
 from bench.registry_rows import FORMATS as REGISTRY_FORMATS  # noqa: E402
@@ -36,15 +37,17 @@ from bench.report import machine  # noqa: E402
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", help="use this broker instead of starting one in a temporary directory")
-    p.add_argument("--mode", choices=["append", "upsert"], default="append",
+    p.add_argument("--mode", choices=["append", "upsert", "scale"], default="append",
                    help="append: the phases below over an append-only topic; upsert: a keyed changelog applied by "
-                        "lakesink (write.mode=upsert) and by a Spark foreachBatch + MERGE job (bench/upsert.py)")
+                        "lakesink (write.mode=upsert) and by a Spark foreachBatch + MERGE job (bench/upsert.py); "
+                        "scale: commit duration by partitions, recovery by history length, rates by record size "
+                        "(bench/scale.py)")
     p.add_argument("--records", type=int, default=2_000_000)
     p.add_argument("--partitions", type=int, default=8)
-    p.add_argument("--phases", default=DEFAULT_PHASES, help=f"comma-separated, of {','.join(PHASES)} "
-                                                             f"(default {DEFAULT_PHASES})")
-    p.add_argument("--txn-interval-ms", type=int, default=5000, help="lakesink transaction.interval.ms and the SSS "
-                                                                     "processingTime trigger")
+    p.add_argument("--phases", help=f"comma-separated, of {','.join(PHASES)} (default {DEFAULT_PHASES}); with --mode "
+                                    f"scale of {scale.DEFAULT_PHASES} (default all)")
+    p.add_argument("--txn-interval-ms", type=int, help="lakesink transaction.interval.ms and the SSS processingTime "
+                                                       "trigger (default 5000; 2000 with --mode scale)")
     p.add_argument("--flush-size", type=int, default=10_000_000, help="lakesink flush.size")
     p.add_argument("--tasks", type=int, default=os.cpu_count() or 1,
                    help="lakesink tasks.max: worker processes of `lakesink run` (default: the machine's cores)")
@@ -75,6 +78,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="upsert: the initial table without delta.enableDeletionVectors")
     p.add_argument("--driver-memory", default="2g", help="upsert: spark.driver.memory of every Spark session")
     p.add_argument("--contenders", default="lakesink,baseline", help="upsert: comma-separated, of lakesink,baseline")
+    p.add_argument("--scale-partitions", type=scale.int_list, default="8,64,256",
+                   help="scale: the partition counts of the partitions phase")
+    p.add_argument("--scale-records", type=int, default=100_000, help="scale: records of each partitions-phase topic")
+    p.add_argument("--scale-stream-rate", type=int, default=2000,
+                   help="scale: records/s streamed to each partitions-phase topic after its backlog")
+    p.add_argument("--scale-stream-seconds", type=float, default=20,
+                   help="scale: how long the partitions phase streams (its commit durations are those of the stream)")
+    p.add_argument("--scale-history", type=scale.int_list, default="10,1000,10000",
+                   help="scale: the history lengths (table commits) of the history phase")
+    p.add_argument("--scale-sizes", type=scale.int_list, default="100,1024,10240",
+                   help="scale: the value sizes (bytes) of the sizes phase")
+    p.add_argument("--scale-size-records", type=scale.int_list, default="200000,50000,10000",
+                   help="scale: the records of each size's backlog, one per --scale-sizes")
     p.add_argument("--phase-timeout", type=float, default=1800)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, tables)")
     p.add_argument("--json", help="also write every figure to this JSON file")
@@ -84,19 +100,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  "tables", "dv"):
         p.add_argument(f"--{name}", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    phases, default_phases = (scale.PHASES, scale.DEFAULT_PHASES) if args.mode == "scale" else (PHASES, DEFAULT_PHASES)
+    args.phases = args.phases or default_phases
+    args.txn_interval_ms = args.txn_interval_ms or (2000 if args.mode == "scale" else 5000)
     args.phase_list = [x.strip() for x in args.phases.split(",") if x.strip()]
     args.contenders = [x.strip() for x in args.contenders.split(",") if x.strip()]
     if set(args.contenders) - set(upsert.CONTENDERS):
         p.error(f"--contenders takes lakesink and/or baseline, not {','.join(args.contenders)}")
     if args.stream_changes < 0 or (args.stream_changes and args.stream_rate <= 0):
         p.error("--stream-changes takes 0 or more, and --stream-rate more than 0 when --stream-changes is not 0")
-    if args.mode == "upsert" and args.storage != "local":
-        p.error("--mode upsert runs on local tables only (--storage local)")
-    if args.mode == "upsert" and args.format != "json":
-        p.error("--mode upsert runs on JSON changes only (--format json)")
-    unknown = set(args.phase_list) - set(PHASES)
+    if args.mode in ("upsert", "scale") and args.storage != "local":
+        p.error(f"--mode {args.mode} runs on local tables only (--storage local)")
+    if args.mode in ("upsert", "scale") and args.format != "json":
+        p.error(f"--mode {args.mode} runs on JSON records only (--format json)")
+    if len(args.scale_sizes) != len(args.scale_size_records):
+        p.error("--scale-size-records takes one count per --scale-sizes")
+    unknown = set(args.phase_list) - set(phases)
     if unknown:
-        p.error(f"unknown phase(s) {', '.join(sorted(unknown))}; choose from {', '.join(PHASES)}")
+        p.error(f"unknown phase(s) {', '.join(sorted(unknown))}; choose from {', '.join(phases)}")
     return args
 
 
@@ -121,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             say("starting a Kafka broker ...")
             broker = LocalKafka(work / "kafka", heap="1g").start()
             bootstrap = broker.bootstrap
-        mode = upsert if args.mode == "upsert" else append
+        mode = {"append": append, "upsert": upsert, "scale": scale}[args.mode]
         return mode.run(args, work, bootstrap, started_on)
     except KeyboardInterrupt:
         say("interrupted: stopping everything")
