@@ -96,7 +96,7 @@ class Bench(ModeRun):
     def records(self) -> int:
         return self.args.records
 
-    def lakesink_config(self, name: str, topic: str) -> Path:
+    def lakesink_config(self, name: str, topic: str, interval_ms: int | None = None) -> Path:
         from connector.spark import DRIVER_JAVA_OPTIONS
 
         settings = {
@@ -106,7 +106,7 @@ class Bench(ModeRun):
             "control.topic.name": f"control-{name}",
             "target.base.path": str(self.work / "tables"),
             "target.table.name": name,
-            "transaction.interval.ms": str(self.args.txn_interval_ms),
+            "transaction.interval.ms": str(interval_ms or self.args.txn_interval_ms),
             "flush.size": str(self.args.flush_size),
             "tasks.max": str(self.args.tasks),
             "spark.master": self.args.spark_master,
@@ -230,7 +230,7 @@ class Bench(ModeRun):
         topic = f"lat-{uuid.uuid4().hex[:8]}"
         create_topic(self.bootstrap, topic, args.partitions)
         name = f"lat{uuid.uuid4().hex[:6]}"
-        config = self.lakesink_config(name, topic)
+        config = self.lakesink_config(name, topic, self.args.latency_interval_ms)
         control = ControlTail(self.bootstrap, f"control-{name}")
         log = self.work / "latency.log"
         try:

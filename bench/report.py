@@ -201,7 +201,8 @@ def append_report(bench) -> list[str]:
         lines += report_requests("sss", r["sss"].get("s3_requests"))
     if "latency" in r:
         x = r["latency"]
-        lines.append(f"  latency produce -> visible at {x['achieved_rate']:,.0f} rec/s for {x['seconds']} s (first "
+        lines.append(f"  latency produce -> visible at {x['achieved_rate']:,.0f} rec/s for {x['seconds']} s, "
+                     f"transaction.interval.ms={a.latency_interval_ms} (first "
                      f"{x['warmup_s']} s excluded, {x['measured']:,} records, {x['commits']} commits): p50 "
                      f"{fmt(x['p50_ms'], ',.0f')} ms, p90 {fmt(x['p90_ms'], ',.0f')} ms, p99 {fmt(x['p99_ms'], ',.0f')} "
                      f"ms, max {fmt(x['max_ms'], ',.0f')} ms")

@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sss-trigger", choices=["processingTime", "availableNow"], default="processingTime")
     p.add_argument("--sss-max-offsets", type=int, default=0, help="SSS maxOffsetsPerTrigger (0: unlimited)")
     p.add_argument("--latency-rate", type=int, default=5000, help="records/s in the latency phase")
+    p.add_argument("--latency-interval-ms", type=int, default=1000,
+                   help="lakesink transaction.interval.ms of the latency phase (visibility is judged at 1000)")
     p.add_argument("--latency-seconds", type=float, default=60)
     p.add_argument("--latency-warmup", type=float, default=20, help="seconds produced first and left out of the "
                                                                      "latency figures")

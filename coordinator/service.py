@@ -285,7 +285,8 @@ class CoordinatorService:
                                       self.cfg.coordinator_writestatus_timeout_ms, self.partitions,
                                       self.check_offsets,
                                       self.ends if self.cfg.kafka_auto_offset_reset == "latest" else None,
-                                      max_records=self.cfg.commit_max_records, max_bytes=self.cfg.commit_max_bytes)
+                                      max_records=self.cfg.commit_max_records, max_bytes=self.cfg.commit_max_bytes,
+                                      read_backlogs_whole=self.cfg.write_mode != "append")
         return self.state.begin(epoch, recovered.offsets, topic_ids=recovered.topic_ids)
 
     def _watch_retention(self, profile) -> None:

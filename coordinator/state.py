@@ -22,9 +22,11 @@ over the workers' latest) reaches `max_records` or `max_bytes` (0: no such limit
 and every worker has read it: some partition was behind at the START (more records waiting than an interval
 brings), and every worker holding the txn's partitions says each of them has reached the high watermark it had at
 the START (a backlog is committed as soon as it is read, not when the timer fires; a stream that keeps up is ENDed
-by its interval). Past its interval, a txn reading a backlog goes on while some worker reported more records for it
+by its interval). For a keyed table (`read_backlogs_whole`: each txn is a MERGE, whose cost grows far less than
+its size), past its interval, a txn reading a backlog goes on while some worker reported more records for it
 within READING_WINDOW_S (or an interval, if longer), until the backlog is read or a size limit is reached (only with a size limit, which bounds
-it): a backlog goes into few large commits, not one per interval, which matters most to MERGEs. A txn that reaches
+it): a backlog goes into few large MERGEs, not one per interval. An append table's commit costs the same whatever
+its size and runs while the next txn reads, so its backlog txns keep their interval. A txn that reaches
 a limit or its backlog's end while the previous txn's commit is outstanding ENDs as soon as that commit goes
 through. Each Commit says why its txn ended (`ended_by`: interval, size, caught_up
 or stop).
@@ -227,13 +229,15 @@ class CoordinatorState:
         start_at_end: Callable[[list[TopicPartition]], Mapping[TopicPartition, int]] | None = None,
         max_records: int = 0,
         max_bytes: int = 0,
+        read_backlogs_whole: bool = False,
     ):
         """`check_offsets(offsets, topic_ids)`: the resets (`offset_resets`) a START's offsets, committed in topics
         of `topic_ids`, need and the topics' ids now (an OffsetCheck; a plain list of resets: ids unknown), or it
         raises to stop. `start_at_end(partitions)` (kafka.auto.offset.reset=latest): the end of each partition
         starting for the first time with its topic; one it leaves out joins a later txn. None: they start at their
         beginning. `max_records`, `max_bytes`: the size limits of a txn (commit.max.records, commit.max.bytes; 0
-        none)."""
+        none). `read_backlogs_whole`: a txn reading a backlog goes on past its interval (keyed tables: a MERGE per
+        txn)."""
         if max_records < 0 or max_bytes < 0:
             raise ValueError(f"max_records and max_bytes must be >= 0, got {max_records} and {max_bytes}")
         self._connector = connector
@@ -258,6 +262,7 @@ class CoordinatorState:
         self._deadline: Deadline | None = None
         self._ended_at: float | None = None  # monotonic time of this txn's END, while collecting
         self._max_records, self._max_bytes = max_records, max_bytes
+        self._read_backlogs_whole = read_backlogs_whole
         self._buffered: dict[str, tuple[int, int]] = {}  # worker -> (records, bytes) it holds for this txn
         self._backlogs: dict[str, tuple[int, bool]] = {}  # worker -> (backlog, caught_up) it reported for this txn
         self._grew_at: float | None = None  # when a worker last reported more records for this txn (monotonic)
@@ -478,7 +483,7 @@ class CoordinatorState:
         all have read it, a size limit bounds the txn, and some worker reported more records within
         READING_WINDOW_S or one interval (a worker that stopped growing, a partition that cannot reach its mark, ENDs
         it)."""
-        if not (self._max_records or self._max_bytes) or self._grew_at is None:
+        if not self._read_backlogs_whole or not (self._max_records or self._max_bytes) or self._grew_at is None:
             return False
         if not any(backlog for backlog, _ in self._backlogs.values()) or self._backlog_read():
             return False
@@ -624,16 +629,16 @@ class CoordinatorState:
         ))
 
     def _resume_after(self, commit: Commit) -> list[Effect]:
-        """The txn started on `commit`'s offsets is valid: END it now if its interval is already over. Without
-        pipelining no txn was started on them: START it now."""
+        """The txn started on `commit`'s offsets is valid: END it now if it reached a size limit or read its
+        backlog (at the next tick if its interval is over). Without pipelining no txn was started on them: START it
+        now."""
         if self._txn == commit.txn:
             return self._start(self._txn + 1, self._committed, self._committed_ids)
         reason = self._early_end() if self._phase is Phase.CONSUMING else None
         if reason is not None:
             return self._end(reason)
-        if self._phase is Phase.CONSUMING and self._deadline is not None and self._deadline.expired() \
-                and not self._reading_backlog():
-            return self._end()
+        # an interval that ran out during the commit ENDs at the next tick, after the runtime has read what the
+        # workers sent meanwhile (a backlog read, or still being read, changes how the txn ends)
         return []
 
     def _restart_after(self, commit: Commit) -> list[Effect]:

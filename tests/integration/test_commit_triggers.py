@@ -83,12 +83,15 @@ def test_a_backlog_is_committed_once_read_and_a_stream_that_keeps_up_by_its_inte
            f"{[p['txn_duration_s'] for p in backlog]} s; then 40 records kept up with, ended by the interval")
 
 
-def test_a_backlog_longer_than_an_interval_goes_into_one_commit(kafka_bootstrap, make_topic, table_path, spark, report):
-    """With a size limit (commit.max.bytes, 1 GiB by default), a txn reading a backlog goes on past its interval
-    while the workers keep reading, and ENDs once the backlog is read: one commit, not one per interval."""
+def test_a_keyed_backlog_longer_than_an_interval_goes_into_one_merge(kafka_bootstrap, make_topic, table_path, spark,
+                                                                      report):
+    """For a keyed table, with a size limit (commit.max.bytes, 1 GiB by default), a txn reading a backlog goes on
+    past its interval while the workers keep reading, and ENDs once the backlog is read: one MERGE, not one per
+    interval."""
     topic = make_topic(partitions=2)
     first = produce_json(kafka_bootstrap, topic, 1000, 2)
-    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 500})
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 500, "write.mode": "upsert",
+                                                         "record.key.fields": "id"})
     with Sink(cfg, spark) as sink:
         drain(sink, cfg, {(topic, p): n for p, n in first.items()}, "the table made", 180)
         made = wait_until(lambda: (lambda found: found if sum(p["rows"] for p in found) == 1000 else None)(
@@ -102,7 +105,7 @@ def test_a_backlog_longer_than_an_interval_goes_into_one_commit(kafka_bootstrap,
     # behind and reads what was there at its START past its 500 ms (100,000 records take about a second here), and
     # a last one what arrived meanwhile
     assert any(ended_by == "caught_up" and rows >= 100_000 for ended_by, rows, _ in data), data
-    report(f"a backlog of 150,000 records at transaction.interval.ms=500: txns (ended by, rows, seconds) {data}")
+    report(f"a keyed backlog of 150,000 records at transaction.interval.ms=500: txns (ended by, rows, seconds) {data}")
 
 
 def test_spills_fill_files_up_to_the_target_size_and_a_dead_writers_temporary_file_is_swept(

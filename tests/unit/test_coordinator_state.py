@@ -266,11 +266,13 @@ def test_the_next_txn_ends_on_time_when_the_commit_was_quick() -> None:
 
 
 def test_the_next_txn_ends_right_after_a_slow_commit() -> None:
+    """At the first tick after the commit: the runtime reads what the workers sent during the commit first."""
     coord, clock, _ = committing()
     clock.advance(INTERVAL_MS / 1000 * 3)
     assert coord.tick() == []
-    ack, end = sent(coord.on_committed(77, {P0: 15, P1: 3}))
-    assert isinstance(ack, AckCommit) and ack.txn == 1
+    [ack] = sent(coord.on_committed(77, {P0: 15, P1: 3}))
+    assert isinstance(ack, AckCommit) and ack.txn == 1 and coord.phase is Phase.CONSUMING
+    [end] = sent(coord.tick())
     assert isinstance(end, EndCommit) and end.txn == 2 and coord.phase is Phase.COLLECTING
     [commit] = [e for e in coord.on_message(status(P0, 15, 20, txn=2)) + coord.on_message(status(P1, 3, 3, txn=2))
                 if isinstance(e, Commit)]
@@ -407,10 +409,10 @@ def test_a_partition_nobody_has_announced_is_still_waited_for() -> None:
 
 # --- size triggers: commit.max.records / commit.max.bytes --------------------------------------------------------
 
-def sized(max_records: int = 0, max_bytes: int = 0) -> tuple[CoordinatorState, FakeClock]:
+def sized(max_records: int = 0, max_bytes: int = 0, whole: bool = False) -> tuple[CoordinatorState, FakeClock]:
     clock = FakeClock()
     coord = CoordinatorState("sink", clock, INTERVAL_MS, TIMEOUT_MS, Topics(P0, P1), max_records=max_records,
-                             max_bytes=max_bytes)
+                             max_bytes=max_bytes, read_backlogs_whole=whole)
     coord.begin(1, {P0: 10, P1: 20})
     return coord, clock
 
@@ -517,6 +519,7 @@ def test_a_backlog_read_while_the_previous_commit_is_outstanding_ends_when_it_go
     assert coord.on_message(backlog_report("w", 2, True, txn=2)) == [] and coord.phase is Phase.CONSUMING
     [ack, end] = sent(coord.on_committed(3, {P0: 15, P1: 25}))
     assert isinstance(ack, AckCommit) and isinstance(end, EndCommit) and end.txn == 2
+    assert coord.stats["txn_ended_by_caught_up"] == 1
 
 
 def test_a_report_of_an_earlier_txn_does_not_end_the_current_one() -> None:
@@ -535,8 +538,8 @@ def reading(worker: str, records: int, *, txn: int = 1) -> Buffered:
     return Buffered("sink", 1, txn, worker=worker, records=records, bytes=0, backlog=1, caught_up=False)
 
 
-def test_past_its_interval_a_txn_goes_on_while_its_backlog_is_read_and_ends_once_it_is() -> None:
-    coord, clock = sized(max_bytes=1 << 30)
+def test_past_its_interval_a_keyed_txn_goes_on_while_its_backlog_is_read_and_ends_once_it_is() -> None:
+    coord, clock = sized(max_bytes=1 << 30, whole=True)
     held(coord, w1=(P0, P1))
     clock.advance(0.6)
     assert coord.on_message(reading("w1", 100)) == []
@@ -549,16 +552,17 @@ def test_past_its_interval_a_txn_goes_on_while_its_backlog_is_read_and_ends_once
     assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_caught_up"] == 1
 
 
-def test_a_backlog_that_stops_growing_or_has_no_size_limit_ends_at_the_interval() -> None:
-    coord, clock = sized(max_bytes=1 << 30)
+def test_a_backlog_that_stops_growing_has_no_size_limit_or_is_appended_ends_at_the_interval() -> None:
+    coord, clock = sized(max_bytes=1 << 30, whole=True)
     held(coord, w1=(P0, P1))
     coord.on_message(reading("w1", 100))
     clock.advance(2.0)  # nothing more heard for the reading window (longer than the interval here)
     [end] = sent(coord.tick())
     assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_interval"] == 1
-    unlimited, clock = sized()
-    held(unlimited, w1=(P0, P1))
-    unlimited.on_message(reading("w1", 100))
-    clock.advance(INTERVAL_MS / 1000)
-    [end] = sent(unlimited.tick())  # no size limit bounds the txn: the interval does
-    assert isinstance(end, EndCommit)
+    for kind in (sized(whole=True), sized(max_bytes=1 << 30)):  # no size limit bounds it / an append txn
+        coord, clock = kind
+        held(coord, w1=(P0, P1))
+        coord.on_message(reading("w1", 100))
+        clock.advance(INTERVAL_MS / 1000)
+        [end] = sent(coord.tick())
+        assert isinstance(end, EndCommit) and coord.stats["txn_ended_by_interval"] == 1
