@@ -1,8 +1,8 @@
 """What compaction buys a reader: a table of 1,000 small commits (one file per partition per commit, the layout a
 streaming sink leaves), read by Spark before and after lakesink's own compaction (connector/table/upkeep.py) of a
-copy of it: a full scan with an aggregate, and a point lookup, each the median of three runs.
+copy of it: a full scan with an aggregate, and a point lookup, each the median of three runs (--repeat).
 
-    .venv/bin/python bench/compaction.py [--commits 1000] [--rows 200] [--partitions 4]
+    .venv/bin/python bench/compaction.py [--commits 1000] [--rows 200] [--partitions 4] [--min-files 50] [--repeat 3]
 
 The last line is machine-readable:
     files_before=… files_after=… scan_s_before=… scan_s_after=… lookup_s_before=… lookup_s_after=…
@@ -52,7 +52,7 @@ def timed(query, before=lambda: None, repeat: int = 3) -> float:
     return statistics.median(runs)
 
 
-def measure(spark, path: Path, lookup_id: int) -> dict[str, float]:
+def measure(spark, path: Path, lookup_id: int, repeat: int) -> dict[str, float]:
     """Each query warm (Delta's snapshot of the table cached by the session, as in a notebook that queried it
     before) and cold (the cache cleared first: a new session, or the first query after new commits), which also
     pays for reading the log and the files' statistics."""
@@ -65,8 +65,9 @@ def measure(spark, path: Path, lookup_id: int) -> dict[str, float]:
     def cold():
         spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
-    return {"files": len(DeltaTable(str(path)).file_uris()), "scan_s": timed(scan), "lookup_s": timed(lookup),
-            "scan_cold_s": timed(scan, cold), "lookup_cold_s": timed(lookup, cold)}
+    return {"files": len(DeltaTable(str(path)).file_uris()), "scan_s": timed(scan, repeat=repeat),
+            "lookup_s": timed(lookup, repeat=repeat), "scan_cold_s": timed(scan, cold, repeat),
+            "lookup_cold_s": timed(lookup, cold, repeat)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=1000)
     parser.add_argument("--rows", type=int, default=200, help="rows per commit")
     parser.add_argument("--partitions", type=int, default=4, choices=range(1, len(REGIONS) + 1))
+    parser.add_argument("--min-files", type=int, default=50,
+                        help="compaction.min.files: small files of a partition that make it due (at most --commits)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each query; its median is the figure")
     parser.add_argument("--keep", action="store_true", help="keep the tables")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat takes 1 or more")
+    if not 1 <= args.min_files <= args.commits:
+        parser.error("--min-files takes 1 to --commits: a partition gets one small file per commit")
     work = Path(tempfile.mkdtemp(prefix="lakesink-compaction-bench-"))
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f}")
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.monotonic() - began:.1f} s")
         shutil.copytree(before, after)
         spark = get_spark("lakesink-compaction-bench", "local[2]")
-        settings = UpkeepSettings(compaction=True, min_files=50, max_duration_s=3600.0, zorder_by=(),
+        settings = UpkeepSettings(compaction=True, min_files=args.min_files, max_duration_s=3600.0, zorder_by=(),
                                   target_bytes=128 << 20, vacuum=False, retention_hours=168, retention_check=True,
                                   vacuum_interval_s=86400.0)
         upkeep = Upkeep(settings, str(after), lambda: DeltaTable(str(after)), lambda: spark,
@@ -99,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lakesink's compaction: {done.partitions} partitions, {done.files_removed} files into "
               f"{done.files_added} in {compaction_s:.1f} s (deferred: {done.deferred})")
         lookup_id = args.commits * args.rows // 2 + 7
-        small = measure(spark, before, lookup_id)
-        compacted = measure(spark, after, lookup_id)
+        small = measure(spark, before, lookup_id, args.repeat)
+        compacted = measure(spark, after, lookup_id, args.repeat)
         for label, m in (("before", small), ("after ", compacted)):
             print(f"{label}: {m['files']} files; warm: scan {m['scan_s']:.2f} s, point lookup {m['lookup_s']:.2f} s; "
                   f"cold: scan {m['scan_cold_s']:.2f} s, point lookup {m['lookup_cold_s']:.2f} s")
