@@ -206,7 +206,8 @@ def test_status_shows_live_lag_then_sigterm_under_load_and_restart_exactly_once(
         assert len(s["partitions"]) == 3 and all(p["high_watermark"] is not None for p in s["partitions"])
         assert any(p["lag"] > 0 for p in s["partitions"])
         assert s["control"]["latest_epoch"] == s["table"]["epoch"] >= 1
-        assert s["table"]["uncommitted_manifests"] == 0 and s["problems"] == []
+        # a commit in flight writes its manifest before its Delta commit: status may catch that one, never more
+        assert s["table"]["uncommitted_manifests"] <= 1 and s["problems"] == []
         text = _status(config)
         assert text.returncode == 0
         assert "total lag" in text.stdout and "high watermark" in text.stdout and f"{topic}-2" in text.stdout
