@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 
 from connector.errors import LakesinkError
 from connector.metrics import Metrics
@@ -37,18 +38,16 @@ def follow_parent(parent_pid: int) -> None:
         raise LakesinkError(f"the lakesink run (pid {parent_pid}) that started this worker task is gone")
 
 
+@dataclass(frozen=True)
 class WorkerTask:
     """Worker `task` (2, 3, ...) of a `lakesink run`, as a loop for connector.app.service.Roles."""
 
-    def __init__(self, config_path: str, task: int, metrics: Metrics, name: str, stop_timeout_s: float,
-                 verbose: bool = False):
-        self.config_path = config_path
-        self.task = task
-        self.metrics = metrics
-        self.name = name
-        self.stop_timeout_s = stop_timeout_s
-        self.verbose = verbose
-        self.pid: int | None = None
+    config_path: str
+    task: int
+    metrics: Metrics
+    name: str
+    stop_timeout_s: float
+    verbose: bool = False
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "connector", *(["-v"] if self.verbose else []), "worker", "--config",
@@ -56,7 +55,6 @@ class WorkerTask:
 
     def run(self, stop: threading.Event) -> None:
         proc = subprocess.Popen(self.command(), start_new_session=True)
-        self.pid = proc.pid
         log.info("worker task %d started (pid %d)", self.task, proc.pid)
         try:
             while not stop.is_set():
