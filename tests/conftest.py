@@ -111,7 +111,9 @@ def make_topic(admin):
 def spark():
     from connector.spark import get_spark
 
-    session = get_spark("lakesink-tests", master="local[2]")
+    # The session's JVM lives for the whole run and runs every in-process test's jobs (MERGEs, reads): the full
+    # JIT (data_jobs) pays for itself within minutes (tests/integration/test_merge.py alone: 238 s -> 165 s).
+    session = get_spark("lakesink-tests", master="local[2]", data_jobs=True)
     yield session
     session.stop()
 

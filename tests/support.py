@@ -6,13 +6,16 @@ import time
 from pathlib import Path
 
 
-def produce_json(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0) -> dict[int, int]:
-    """Produce `count` JSON records round-robin over `partitions`; returns records produced per partition."""
+def produce_json(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0,
+                 producer=None) -> dict[int, int]:
+    """Produce `count` JSON records round-robin over `partitions`; returns records produced per partition.
+    `producer`: one to reuse (a new idempotent producer costs its own set-up each time)."""
     import json
 
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    if producer is None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     per_partition: dict[int, int] = {}
     for i in range(start, start + count):
         p = i % partitions
@@ -32,18 +35,6 @@ def produce_json(bootstrap: str, topic: str, count: int, partitions: int, start:
     return per_partition
 
 
-# --- running lakesink and auditing its table --------------------------------------------------------------
-
-def write_config(path, **overrides) -> "Path":
-    """A .properties file for a test run; keyword `a_b_c=v` sets key `a.b.c`."""
-    from pathlib import Path
-
-    lines = [f"{k.replace('_', '.') if '.' not in k else k}={v}" for k, v in overrides.items()]
-    p = Path(path)
-    p.write_text("\n".join(lines) + "\n")
-    return p
-
-
 class PacedProducer:
     """Produces `total` JSON records over `partitions` in a background thread, spread over `seconds`."""
 
@@ -58,14 +49,19 @@ class PacedProducer:
 
     def _run(self) -> None:
         bootstrap, topic, total, partitions, seconds, chunks = self._args
+        from confluent_kafka import Producer
+
         per_chunk = total // chunks
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+        began = time.monotonic()
         try:
             for c in range(chunks):
                 n = per_chunk if c < chunks - 1 else total - per_chunk * (chunks - 1)
-                got = produce_json(bootstrap, topic, n, partitions, start=c * per_chunk)
+                got = produce_json(bootstrap, topic, n, partitions, start=c * per_chunk, producer=producer)
                 for p, k in got.items():
                     self.counts[p] = self.counts.get(p, 0) + k
-                time.sleep(seconds / chunks)
+                # on a schedule, so that the stream lasts `seconds` however long each chunk took to send
+                time.sleep(max(0.0, began + (c + 1) * seconds / chunks - time.monotonic()))
         except BaseException as exc:  # noqa: BLE001 - re-raised by join()
             self.error = exc
 

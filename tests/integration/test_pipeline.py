@@ -61,7 +61,7 @@ def test_sigkill_mid_stream_twice_then_restart(kafka_bootstrap, make_topic, tmp_
     topic = make_topic(partitions=4)
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{"transaction.interval.ms": 1500})
     table = _table(tmp_path)
-    producer = PacedProducer(kafka_bootstrap, topic, 50_000, partitions=4, seconds=22)
+    producer = PacedProducer(kafka_bootstrap, topic, 50_000, partitions=4, seconds=30)
     for round_ in range(2):
         with LakesinkProcess("run", config, tmp_path / f"run{round_}.log") as proc:
             before = len(table_offsets(table))
