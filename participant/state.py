@@ -46,7 +46,12 @@ class Resume:
 
 @dataclass(frozen=True)
 class Pause:
-    pass
+    """Stop handing the partition's records to this txn. `read_ahead` (at END): the runtime may go on reading,
+    holding what it reads (bounded) for the next txn, which a pipelined START begins where this one ended; the
+    consumer then need not fetch again, which takes it up to a second after a resume (a low-rate stream's txns
+    came out empty). Any other Pause stops reading: what was read ahead is dropped and read again after a seek."""
+
+    read_ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,8 @@ class ParticipantState:
         if not self._in_txn:
             self._start_offset = None
             self._phase = Phase.PAUSED
-            return leave
+            # (also stops a read-ahead of the txn it reported)
+            return leave if any(isinstance(e, Pause) for e in leave) else [Pause(), *leave]
         offset = start.offsets[self._tp]
         seek: list[Effect] = [] if self._position_known and self._position == offset else [Seek(offset)]
         self._position, self._position_known = offset, True
@@ -271,7 +277,7 @@ class ParticipantState:
     def _on_end(self) -> list[Effect]:
         if self._phase is Phase.CONSUMING and self._epoch is not None and self._txn is not None:
             self._phase = Phase.FLUSHING
-            return [Pause(), Flush(self._epoch, self._txn)]
+            return [Pause(read_ahead=True), Flush(self._epoch, self._txn)]
         if self._phase is Phase.WAITING_ACK and self._last_status is not None:
             self._stats["status_resent"] += 1
             return [Send(self._last_status)]

@@ -69,6 +69,8 @@ that stopped for good wait for it (static members do not leave their group when 
 READING_REPORT_S = 0.25
 """How often a worker reading a backlog tells the coordinator it holds more (coordinator/state.py READING_WINDOW_S)."""
 MIN_SIZED_BATCH = 100
+AHEAD_MAX_RECORDS = 20_000
+"""The most records a partition reads ahead for its next txn (PartitionRunner.ahead)."""
 """The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
 
 
@@ -92,6 +94,11 @@ class PartitionRunner:
     # ((epoch, txn), the high watermark to read up to in it, or None when it was not behind at its START)
     backlog: tuple | None = None
     mark: tuple[int, float] | None = None  # (high watermark, monotonic time) when it was last looked at
+    # records read past the END of its last txn, from offset `ahead_from` (its position then), for the next txn
+    # (state.Pause.read_ahead); None: not reading ahead
+    ahead: list | None = None
+    ahead_from: int | None = None
+    ahead_bytes: int = 0
 
     def forget_failures(self) -> None:
         """A txn ends for this partition (reported, discarded or a new one begins): its failure counts start over."""
@@ -299,11 +306,19 @@ class Worker:
             elif isinstance(effect, Resume):
                 runner.writer = self._new_writer(runner)
                 runner.forget_failures()
-                if runner.pending_seek is _NO_SEEK and runner.delivered_next != runner.state.position:
+                ahead = self._take_ahead(runner)
+                if ahead is None and runner.pending_seek is _NO_SEEK and runner.delivered_next != runner.state.position:
                     self._seek(runner, runner.state.position)
                 self._consumer.resume([KafkaTP(topic, partition)])
+                if ahead:
+                    self._handle_records(runner, ahead)
             elif isinstance(effect, Pause):
-                self._consumer.pause([KafkaTP(topic, partition)])
+                if effect.read_ahead and runner.state.position is not None and runner.held is None \
+                        and runner.pending_seek is _NO_SEEK and runner.delivered_next == runner.state.position:
+                    runner.ahead, runner.ahead_from, runner.ahead_bytes = [], runner.state.position, 0
+                else:
+                    runner.ahead = None
+                    self._consumer.pause([KafkaTP(topic, partition)])
             elif isinstance(effect, Discard):
                 self.metrics.offset_commit_skips.inc()
                 runner.forget_failures()
@@ -369,6 +384,10 @@ class Worker:
                                codec=self.cfg.parquet_codec, target_bytes=self.cfg.file_target_bytes)
 
     def _seek(self, runner: PartitionRunner, offset: int | None) -> None:
+        if runner.ahead is not None:
+            if offset == runner.ahead_from:
+                return  # the records from `offset` on were read ahead: the consumer goes on after them
+            runner.ahead = None
         if offset is not None and runner.delivered_next == offset:
             runner.pending_seek = _NO_SEEK  # the consumer delivers exactly this offset next
             return
@@ -405,7 +424,7 @@ class Worker:
         for (topic, partition), runner in self.runners.items():
             offset = runner.pending_seek if runner.pending_seek is not _NO_SEEK else runner.state.position
             tps.append(KafkaTP(topic, partition, self._logical(offset)))
-            runner.pending_seek, runner.out_of_range = _NO_SEEK, False
+            runner.pending_seek, runner.out_of_range, runner.ahead = _NO_SEEK, False, None
             runner.delivered_next = offset
         self._consumer.assign(tps)
         consuming = [tp for tp in tps if self.runners[(tp.topic, tp.partition)].state.phase is Phase.CONSUMING]
@@ -455,14 +474,35 @@ class Worker:
         if runner is None:
             return
         runner.out_of_range = True
-        runner.delivered_next = None
+        runner.delivered_next = runner.ahead = None
         with logs.context(tp=logs.tp(m.topic(), m.partition())):
             log.warning("%s-%s: offset %s is out of the partition's range; nothing past it is read until the "
                         "coordinator's next START, which applies offset.reset.policy", m.topic(), m.partition(),
                         m.offset() if m.offset() is not None and m.offset() >= 0 else runner.state.position)
 
+    def _take_ahead(self, runner: PartitionRunner) -> list | None:
+        """The records `runner` read ahead, when its new txn starts where they do (None: none to take)."""
+        ahead, runner.ahead = runner.ahead, None
+        if ahead is None or runner.pending_seek is not _NO_SEEK or runner.ahead_from != runner.state.position:
+            return None
+        return ahead
+
+    def _read_ahead(self, runner: PartitionRunner, msgs: list) -> None:
+        """Hold records fetched after the partition's END for its next txn; past AHEAD_MAX_RECORDS records or a
+        quarter of buffer.max.bytes, the partition pauses until that txn's START."""
+        runner.ahead.extend(msgs)
+        runner.ahead_bytes += sum(len(m.value() or b"") + len(m.key() or b"") for m in msgs)
+        runner.delivered_next = msgs[-1].offset() + 1
+        if len(runner.ahead) >= AHEAD_MAX_RECORDS or runner.ahead_bytes >= self.cfg.buffer_max_bytes // 4:
+            self._consumer.pause([KafkaTP(*runner.key)])
+
     def _handle_records(self, runner: PartitionRunner, msgs: list) -> None:
         state = runner.state
+        if runner.ahead is not None and state.phase is not Phase.CONSUMING:
+            if msgs[0].offset() >= runner.delivered_next:  # (the consumer delivers in order)
+                self._read_ahead(runner, msgs)
+                return
+            runner.ahead = None
         if state.phase is not Phase.CONSUMING or runner.pending_seek is not _NO_SEEK \
                 or runner.held == (state.epoch, state.txn):
             # Fetched before a pause or seek took effect: dropped, and re-read after the next seek.

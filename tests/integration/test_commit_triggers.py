@@ -166,3 +166,34 @@ def test_a_trickle_writes_at_most_one_file_per_partition_per_txn_and_idle_interv
     per_txn = Counter(re.search(r"-e(\d+)-t(\d+)-", str(p)).groups() for p in paths)
     assert sum(per_txn.values()) == len(paths) and len(per_txn) >= 3, per_txn
     assert max(per_txn.values()) <= 2, per_txn  # 2 partitions
+
+
+def test_a_steady_stream_fills_every_txn_the_records_read_during_the_commit_start_the_next(
+        kafka_bootstrap, make_topic, table_path, spark, report):
+    """A worker goes on reading a partition after its END and hands those records to the next txn (state.Pause
+    read_ahead): a steady 100 records/s over 300-ms intervals fills every txn. Paused and resumed instead, the
+    consumer fetched again only up to a second later, and about every other txn ended empty."""
+    from testkit import Stream, lakesink_commits
+
+    topic = make_topic(partitions=2)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 300,
+                                                         "compaction.enabled": "false"})
+    stream = Stream(kafka_bootstrap, topic, 2, rate=100)
+    try:
+        with Sink(cfg, spark) as sink:
+            wait_until(lambda: not sink.errors and len(lakesink_commits(cfg.table_path)) >= 12, 90,
+                       "12 commits")
+            assert not sink.errors
+            stream.stop()
+            ends = stream.join()
+            drain(sink, cfg, {(topic, p): n for p, n in ends.items()}, "every record committed", 60)
+    finally:
+        stream.stop()
+    txns = [txn for _, _, txn, _ in lakesink_commits(cfg.table_path)]
+    window = range(txns[3], txns[3] + 8)  # after the first commits, which wait for Spark to start
+    committed = [t for t in window if t in txns]
+    report(f"read-ahead: {len(committed)} of txns {window.start}-{window.stop - 1} committed rows at 100 records/s "
+           f"over 300-ms intervals")
+    assert len(committed) >= 7, f"txns that ended empty while records arrived: {sorted(set(window) - set(txns))}"
+    rows = open_table(cfg.table_path).to_pyarrow_table(columns=["_kafka_partition", "_kafka_offset"])
+    assert rows.num_rows == sum(ends.values()) and len(set(zip(*rows.to_pydict().values()))) == rows.num_rows

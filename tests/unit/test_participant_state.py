@@ -71,9 +71,18 @@ def test_start_from_the_beginning_seeks_to_none() -> None:
 
 def test_start_without_this_partition_stays_paused() -> None:
     part = make()
-    assert part.on_message(StartCommit("sink", 1, 1, {("t", 1): 4})) == []
+    assert part.on_message(StartCommit("sink", 1, 1, {("t", 1): 4})) == [Pause()]
     assert part.phase is Phase.PAUSED
     assert part.on_message(end()) == [] and part.stats["not_in_txn"] == 1
+
+
+def test_an_end_lets_the_runtime_read_ahead_and_a_start_without_the_partition_stops_it() -> None:
+    part = consuming(10)
+    part.on_records(10, 12)
+    assert part.on_message(end()) == [Pause(read_ahead=True), Flush(1, 1)]
+    part.on_flushed([], 2, 100)
+    assert part.on_message(StartCommit("sink", 1, 2, {})) == [Pause(), Forget()]
+    assert part.phase is Phase.PAUSED
 
 
 def test_start_without_this_partition_pauses_and_discards_a_txn_in_flight() -> None:
@@ -104,7 +113,7 @@ def test_records_while_paused_are_a_runtime_bug() -> None:
 
 def test_end_pauses_and_asks_for_a_flush() -> None:
     part = consuming()
-    assert part.on_message(end()) == [Pause(), Flush(1, 1)]
+    assert part.on_message(end()) == [Pause(read_ahead=True), Flush(1, 1)]
     assert part.phase is Phase.FLUSHING
     with pytest.raises(ProtocolError):
         part.on_records(10, 11)
