@@ -35,6 +35,18 @@ def produce_json(bootstrap: str, topic: str, count: int, partitions: int, start:
     return per_partition
 
 
+# --- running lakesink and auditing its table --------------------------------------------------------------
+
+def write_config(path, **overrides) -> "Path":
+    """A .properties file for a test run; keyword `a_b_c=v` sets key `a.b.c`."""
+    from pathlib import Path
+
+    lines = [f"{k.replace('_', '.') if '.' not in k else k}={v}" for k, v in overrides.items()]
+    p = Path(path)
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
 class PacedProducer:
     """Produces `total` JSON records over `partitions` in a background thread, spread over `seconds`."""
 
