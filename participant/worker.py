@@ -69,9 +69,9 @@ that stopped for good wait for it (static members do not leave their group when 
 READING_REPORT_S = 0.25
 """How often a worker reading a backlog tells the coordinator it holds more (coordinator/state.py READING_WINDOW_S)."""
 MIN_SIZED_BATCH = 100
+"""The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
 AHEAD_MAX_RECORDS = 20_000
 """The most records a partition reads ahead for its next txn (PartitionRunner.ahead)."""
-"""The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
 
 
 @dataclass

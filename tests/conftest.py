@@ -113,8 +113,8 @@ def spark():
 
     # The quick JIT, as a coordinator that runs no MERGEs gets it: the full one (data_jobs) made
     # tests/integration/test_merge.py alone faster (238 s -> 165 s), but with test_table_features.py in two xdist
-    # workers, as the suite runs, slower (241 s -> 274 s): its compiling competes for the two cores.
-    # and one task per shuffle and snapshot stage for the tests' small tables (with both test files above: 241 s -> 214 s)
+    # workers, as the suite runs, slower (241 s -> 274 s): its compiling competes for the two cores. One task per
+    # shuffle and snapshot stage for the tests' small tables (the same two files: 241 s -> 214 s).
     session = get_spark("lakesink-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "1",
                                                                    "spark.databricks.delta.snapshotPartitions": "1"})
     yield session

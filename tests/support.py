@@ -6,16 +6,21 @@ import time
 from pathlib import Path
 
 
+def json_producer(bootstrap: str):
+    """The idempotent producer produce_json makes when given none."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+
+
 def produce_json(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0,
                  producer=None) -> dict[int, int]:
     """Produce `count` JSON records round-robin over `partitions`; returns records produced per partition.
     `producer`: one to reuse (a new idempotent producer costs its own set-up each time)."""
     import json
 
-    from confluent_kafka import Producer
-
     if producer is None:
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+        producer = json_producer(bootstrap)
     per_partition: dict[int, int] = {}
     for i in range(start, start + count):
         p = i % partitions
@@ -61,10 +66,8 @@ class PacedProducer:
 
     def _run(self) -> None:
         bootstrap, topic, total, partitions, seconds, chunks = self._args
-        from confluent_kafka import Producer
-
         per_chunk = total // chunks
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+        producer = json_producer(bootstrap)
         began = time.monotonic()
         try:
             for c in range(chunks):
