@@ -2,8 +2,8 @@
 
 `KafkaClients.config(role)` is what each client is created with: `bootstrap.servers`, the connection keys of the
 configuration (`security.protocol`, `sasl.*`, `ssl.*`, translated for librdkafka by `connection_settings`), the
-client's own settings, then the pass-through keys of its role (`consumer.*` for consumers and admin clients,
-`producer.*` for producers), which override any of the others.
+client's own settings, then the pass-through keys of its role (`consumer.*` for consumers and admin clients, less
+the consumer-only ones for admins; `producer.*` for producers), which override any of the others.
 
 `check_connection` asks the brokers for metadata with those settings before a role opens its clients: a refused
 login or certificate is one line naming the broker and the reason, within seconds, never a client that retries
@@ -34,6 +34,18 @@ CONNECT_TIMEOUT_S = 30.0
 
 CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.")
 """The librdkafka settings that decide whether a client reaches and is let in by the brokers."""
+
+CONSUMER_ONLY = frozenset({
+    "auto.commit.interval.ms", "auto.offset.reset", "check.crcs", "consume.callback.max.messages",
+    "coordinator.query.interval.ms", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
+    "fetch.error.backoff.ms", "fetch.max.bytes", "fetch.message.max.bytes", "fetch.min.bytes", "fetch.queue.backoff.ms",
+    "fetch.wait.max.ms", "group.id", "group.instance.id", "group.protocol", "group.protocol.type",
+    "group.remote.assignor", "heartbeat.interval.ms", "isolation.level", "max.partition.fetch.bytes",
+    "max.poll.interval.ms", "partition.assignment.strategy", "queued.max.messages.kbytes", "queued.min.messages",
+    "session.timeout.ms"})
+"""The `consumer.*` keys an admin client leaves out: librdkafka builds an admin as a producer, which ignores them
+with a warning that reads as if the user's consumer setting were ignored (CONFWARN "... is a consumer property and
+will be ignored by this producer instance")."""
 
 _REFUSALS = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
 """librdkafka errors that no retry cures: a login refused, a certificate chain that does not verify."""
@@ -88,8 +100,13 @@ class KafkaClients:
         return clients
 
     def overrides(self, role: Role) -> Mapping[str, str]:
-        """The pass-through keys of a role: `producer.*` for producers, `consumer.*` for consumers and admins."""
-        return self.producer_overrides if role == "producer" else self.consumer_overrides
+        """The pass-through keys of a role: `producer.*` for producers, `consumer.*` for consumers, and for admins
+        those of `consumer.*` that are not CONSUMER_ONLY."""
+        if role == "producer":
+            return self.producer_overrides
+        if role == "admin":
+            return {k: v for k, v in self.consumer_overrides.items() if k not in CONSUMER_ONLY}
+        return self.consumer_overrides
 
     def config(self, role: Role, own: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The settings to create a client of `role` with: bootstrap, connection, `own` (the client's settings),

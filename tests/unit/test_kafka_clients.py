@@ -3,8 +3,11 @@ client role (connector/kafka/clients.py), masked everywhere, and checked at star
 login or certificate. No broker: the clients are fakes."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from connector import secrets
 from connector.app.cli import main
@@ -44,7 +47,28 @@ def test_a_plaintext_configuration_builds_the_clients_as_before():
                                                               "group.id": "g", "fetch.max.bytes": "1000"}
     assert client_config(c, "producer", {"acks": "all", "linger.ms": 0}) == {
         "bootstrap.servers": "b1:9093,b2:9093", "acks": "all", "linger.ms": "7"}
-    assert client_config(c, "admin") == {"bootstrap.servers": "b1:9093,b2:9093", "fetch.max.bytes": "1000"}
+    assert client_config(c, "admin") == {"bootstrap.servers": "b1:9093,b2:9093"}  # fetch.* is for consumers
+
+
+def test_an_admin_gets_the_consumer_keys_librdkafka_takes_from_it_and_warns_of_none():
+    """librdkafka warns of each consumer-only key an admin client is given (it is built as a producer): none of
+    those the consumer of a worker commonly gets reaches the admin, the others do."""
+    consumer_only = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000", "fetch.wait.max.ms": "10",
+                     "fetch.max.bytes": "1000000", "max.poll.interval.ms": "300000", "isolation.level": "read_committed",
+                     "auto.offset.reset": "earliest", "queued.min.messages": "1000", "group.instance.id": "i"}
+    shared = {"socket.timeout.ms": "20000", "client.rack": "r1"}
+    conf = KafkaClients("127.0.0.1:1", {}, {**consumer_only, **shared}).config("admin")
+    assert conf == {"bootstrap.servers": "127.0.0.1:1", **shared}
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger("test-admin-confwarn")
+    logger.addHandler(_Collect(records))
+    logger.setLevel(logging.DEBUG)
+    AdminClient({**conf, "logger": logger}).poll(0.2)
+    warnings = [r.getMessage() for r in records if "CONFWARN" in r.getMessage()]
+    assert warnings == []
+    # the check can fail: the consumer's own keys do warn when an admin is given them
+    AdminClient({**conf, **consumer_only, "logger": logger}).poll(0.2)
+    assert sum("is a consumer property" in r.getMessage() for r in records) == len(consumer_only)
 
 
 def test_sasl_ssl_reaches_every_role_and_a_role_override_wins_for_that_role_only():
@@ -312,3 +336,12 @@ def test_validate_checks_a_secured_cluster_and_prints_one_line(tmp_path, capsys,
     monkeypatch.setattr(clients, "check_connection", lambda kafka, timeout_s: 2)
     assert main(["validate", "--config", str(config)]) == 0
     assert "kafka b1:9093,b2:9093: connected over SASL_SSL (2 broker(s))" in capsys.readouterr().out
+
+
+class _Collect(logging.Handler):
+    def __init__(self, records: list):
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
