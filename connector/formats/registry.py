@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka.schema_registry import dual_schema_id_deserializer
-from confluent_kafka.schema_registry.common.serde import SchemaId
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from connector.formats.connect import Decoder
@@ -138,6 +136,10 @@ class RegistryReader:
             ident = int.from_bytes(head[1:5], "big")
             writer = self._schemas.get((ident, ()))
             return (writer or self._fetch(ident, (), False)), value[self._head:]
+        # confluent-kafka's registry package takes most of a second to import: a worker of plain JSON never needs it
+        from confluent_kafka.schema_registry import dual_schema_id_deserializer
+        from confluent_kafka.schema_registry.common.serde import SchemaId
+
         schema_id = SchemaId(_SCHEMA_TYPES[self.fmt])
         try:
             rest = dual_schema_id_deserializer(value, SerializationContext(topic, self._field, headers), schema_id)
