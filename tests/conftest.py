@@ -114,9 +114,14 @@ def spark():
     # The quick JIT, as a coordinator that runs no MERGEs gets it: the full one (data_jobs) made
     # tests/integration/test_merge.py alone faster (238 s -> 165 s), but with test_table_features.py in two xdist
     # workers, as the suite runs, slower (241 s -> 274 s): its compiling competes for the two cores. One task per
-    # shuffle and snapshot stage for the tests' small tables (the same two files: 241 s -> 214 s).
-    session = get_spark("lakesink-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "1",
-                                                                   "spark.databricks.delta.snapshotPartitions": "1"})
+    # shuffle and snapshot stage for the tests' small tables (the same two files: 241 s -> 214 s). Its queries are
+    # interpreted (no code generation), planned once (no adaptive re-planning) and described in one line: on rows
+    # this few, compiling and re-planning cost more than they save (six MERGE tests of test_merge.py: 85 s -> 60 s).
+    # The results are the same by Spark's design; every `lakesink run` of the suite keeps Spark's defaults.
+    session = get_spark("lakesink-tests", master="local[2]", conf={
+        "spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
+        "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.adaptive.enabled": "false", "spark.sql.ui.explainMode": "simple"})
     yield session
     session.stop()
 
