@@ -24,8 +24,8 @@ demo: setup
 
 # The suite runs in TEST_WORKERS processes (pytest-xdist), each with its own broker, S3 server, registry and Spark
 # session. Tests wait on Kafka, Spark and their own timers, so two workers left the two cores of the CI machine idle
-# about a fifth of the time (1,557 s); three keep them busy (idle 3 %) and the suite took 1,357 s. The three hold
-# the processes of a three-worker run summed to 12 GB of RSS at their peak: lower TEST_WORKERS on a smaller machine.
+# about a fifth of the time (1,557 s); three keep them busy (idle 3 %) and the suite took 1,357 s. The
+# processes of a three-worker run summed to 12 GB of RSS at their peak: lower TEST_WORKERS on a smaller machine.
 TEST_WORKERS ?= 3
 
 test: setup lint
