@@ -1513,8 +1513,8 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
   (a variable that is not set is a configuration error). Use it for secrets.
 - **Pass-through prefixes**: `consumer.*` and `producer.*` keys go, without their prefix, to the
   librdkafka consumers (and admin clients, less the consumer-only keys such as `session.timeout.ms`) and
-  producers (e.g. `consumer.fetch.max.bytes=104857600`); every
-  `spark.*` key other than `spark.master` goes to the Spark session as it is (e.g. `spark.driver.memory=4g`).
+  producers (e.g. `consumer.fetch.max.bytes=104857600`); every `spark.*` key other than `spark.master` goes to
+  the Spark session as it is (e.g. `spark.driver.memory=4g`).
   Servers, group id and offset reset are set by the `kafka.*` keys only.
 - **Secured clusters**: the connection keys (`security.protocol`, `sasl.*`, `ssl.*`) reach every Kafka client
   lakesink opens; a `consumer.*` or `producer.*` key of the same name overrides one for that kind of client.

@@ -42,10 +42,8 @@ def produce_json(bootstrap: str, topic: str, count: int, partitions: int, start:
 
 # --- running lakesink and auditing its table --------------------------------------------------------------
 
-def write_config(path, **overrides) -> "Path":
+def write_config(path, **overrides) -> Path:
     """A .properties file for a test run; keyword `a_b_c=v` sets key `a.b.c`."""
-    from pathlib import Path
-
     lines = [f"{k.replace('_', '.') if '.' not in k else k}={v}" for k, v in overrides.items()]
     p = Path(path)
     p.write_text("\n".join(lines) + "\n")
