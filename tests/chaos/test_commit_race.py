@@ -1,4 +1,4 @@
-"""Two coordinator processes of one connector race each other's commits on an S3 table for at least 100 table
+"""Two coordinator processes of one connector race each other's commits on an S3 table for at least 40 table
 versions. At each takeover a loopback proxy (tests/s3proxy.py) holds
 the live coordinator's next Delta log PUT until a newly started coordinator, which recovered the table without that
 version and claims it, PUTs the same log version: the two PUTs go on together. The loser steps down and the race
@@ -25,15 +25,15 @@ from tests.s3proxy import S3Proxy
 
 pytestmark = pytest.mark.chaos
 
-VERSIONS = 100
+VERSIONS = 40
 LOG_PUT_DELAY_S = 0.0  # the rendezvous makes the collision; no other log PUT needs holding back
-STRIDE = 25  # versions the live coordinator commits before each takeover
+STRIDE = 10  # versions the live coordinator commits before each takeover (each takeover is one race)
 MIN_TAKEOVERS = 3
 _COMMITTED = re.compile(r"committed txn (\d+) epoch (\d+): .* table version (\d+),")
 _LOG_FILE = re.compile(r"/_delta_log/(\d{20})\.json$")
 
 
-def test_two_coordinators_racing_for_100_versions_lose_and_duplicate_nothing(kafka_bootstrap, make_topic, tmp_path,
+def test_two_coordinators_racing_for_40_versions_lose_and_duplicate_nothing(kafka_bootstrap, make_topic, tmp_path,
                                                                              cluster_of, s3_server, spark, report):
     default_store = os.environ.get("LAKESINK_RACE_LOG_STORE") == "default"
     topic = make_topic(partitions=2)
