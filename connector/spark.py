@@ -134,3 +134,11 @@ def cancel_job_group(context, group: str) -> None:
     jobs running at that instant: a cancel falling between two of them would let the operation run on and commit.
     PySpark does not expose the JVM's cancelJobGroupAndFutureJobs."""
     context._jsc.sc().cancelJobGroupAndFutureJobs(group)
+
+
+def activate(spark) -> None:
+    """Make `spark` the active session of the JVM thread that serves the calling Python thread (py4j gives each
+    Python thread one of its own). Spark's SQL entry points set it for their call; a direct call into Delta's log
+    does not, and Delta's thread pool refuses work for a thread without one (DELTA_SPARK_SESSION_NOT_SET), as when a
+    commit reconstructs the table's state from a checkpoint because the previous version has no checksum file."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

@@ -23,7 +23,7 @@ import pyarrow as pa
 from py4j.protocol import Py4JError
 
 from connector.schema.widening import delta_widens
-from connector.spark import cancel_job_group
+from connector.spark import activate, cancel_job_group
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class DeltaLogCommitter:
         """Commit `adds` with txn (app_id, version); `schema` (nullable columns, partition columns included)
         when the table is new or its schema grows. None when the table already holds txn version >= `version`
         (the caller verifies whose it is); else the new Delta table version."""
+        activate(self._spark)
         txn = self._log(table_path).startTransaction()
         if self._read_txn_version(txn, table_path, app_id) >= version:
             return None
@@ -238,6 +239,7 @@ class DeferredCheckpoints:
         started = time.monotonic()
         context = job.spark.sparkContext
         try:
+            activate(job.spark)
             context.setJobGroup(job.group, f"lakesink: Delta checkpoint of {job.table} at version {job.version}")
             job.txn.runPostCommitHook(_checkpoint_hook(job.spark), job.committed)
             self.done = [*self.done[-99:], (job.table, job.version)]

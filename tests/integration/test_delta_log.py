@@ -129,3 +129,32 @@ def test_data_files_of_a_known_table_already_have_its_schema_so_no_commit_rewrit
     assert status.files[0].path in deltalake.DeltaTable(str(table)).file_uris()[-1] or any(
         p.endswith(status.files[0].path) for p in deltalake.DeltaTable(str(table)).file_uris())
     assert spark.read.format("delta").load(str(table)).count() == 200
+
+
+def test_a_commit_from_a_thread_of_its_own_on_a_table_another_writer_checkpointed(spark, tmp_path):
+    """Delta derives a commit's checksum from the previous version's; a table checkpointed by another writer (here
+    delta-rs, as other sinks do) has none, so Delta reconstructs the state from the checkpoint, on its thread pool,
+    which needs the calling thread's active Spark session. The coordinator commits from a thread of its own."""
+    import threading
+
+    table = tmp_path / "t"
+    committer = DeltaLogCommitter(spark)
+    _commit(committer, table, 1, _adds(table, "a", [1]), expect_new_table=True)
+    _commit(committer, table, 2, _adds(table, "b", [2]))
+    deltalake.DeltaTable(str(table)).create_checkpoint()
+    for crc in (table / "_delta_log").glob("*.crc"):
+        crc.unlink()
+    outcome: list = []
+
+    def commit():
+        try:
+            outcome.append(_commit(DeltaLogCommitter(spark), table, 3, _adds(table, "c", [3])))
+        except Exception as exc:  # noqa: BLE001 - the assertion names it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    thread.join(120)
+    assert outcome == [2], outcome
+    assert sorted(r.id for r in spark.read.format("delta").load(str(table)).collect()) == [1, 2, 3]
+    assert (table / "_delta_log" / f"{2:020d}.crc").exists(), "the commit ran to its end, checksum included"
