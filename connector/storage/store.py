@@ -87,9 +87,13 @@ class S3Settings:
             out["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
         return out
 
-    def arrow_filesystem(self) -> pafs.S3FileSystem:
+    def arrow_filesystem(self, delayed_open: bool = False) -> pafs.S3FileSystem:
+        """`delayed_open`: an output stream starts no upload until it has a part's worth of bytes, so a file smaller
+        than that is one PUT, not a multipart upload's three requests (an error shows at the first write or at
+        close rather than at open)."""
         kwargs: dict = {"region": self.effective_region or DEFAULT_REGION, "connect_timeout": 10,
-                        "request_timeout": 60, "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3)}
+                        "request_timeout": 60, "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+                        "allow_delayed_open": delayed_open}
         if self.endpoint:
             parsed = urllib.parse.urlparse(self.endpoint)
             kwargs.update(endpoint_override=parsed.netloc, scheme=parsed.scheme)
@@ -162,6 +166,8 @@ class Store:
         self.root = root
         self.s3 = s3 or S3Settings()
         self.fs: pafs.FileSystem = self.s3.arrow_filesystem() if root.is_s3 else pafs.LocalFileSystem()
+        # writes only: a read of a missing file keeps failing at open, where the readers expect it
+        self._out_fs = self.s3.arrow_filesystem(delayed_open=True) if root.is_s3 else self.fs
         self._client = None
 
     @classmethod
@@ -231,7 +237,7 @@ class Store:
         appears at once: write local files under a temporary name and `publish` them)."""
         if not self.root.is_s3:
             Path(self.path(relative)).parent.mkdir(parents=True, exist_ok=True)
-        return self.fs.open_output_stream(self.path(relative))
+        return self._out_fs.open_output_stream(self.path(relative))
 
     def delete(self, relative: str) -> None:
         try:
@@ -283,7 +289,7 @@ class Store:
     def write_file(self, relative: str, data: bytes) -> None:
         """Write (or replace) `relative` durably: local files under a temporary name, synced, then renamed."""
         if self.root.is_s3:
-            with self.fs.open_output_stream(self.path(relative)) as out:
+            with self._out_fs.open_output_stream(self.path(relative)) as out:
                 out.write(data)
             return
         target = Path(self.path(relative))

@@ -170,3 +170,30 @@ def test_a_store_lakesink_cannot_use_stops_start_up_with_one_line_and_nothing_wr
     assert elapsed < 60, f"start-up took {elapsed:.1f} s to fail"
     listed = s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix)
     assert listed.get("KeyCount", 0) == 0, [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_a_small_data_file_is_one_put_and_a_large_one_a_multipart_upload(s3_server):
+    """A participant's data file below a part's size goes up as one PUT, not as a multipart upload's three requests
+    (start, part, complete); one above it still streams in parts. Both read back whole."""
+    import pyarrow.parquet as pq
+
+    from connector.table.datafiles import ParquetOut
+    from tests.s3proxy import S3Proxy
+
+    schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
+    with S3Proxy(s3_server.endpoint) as proxy:
+        store = Store(Location.parse(f"s3://{s3_server.bucket}/requests-{uuid.uuid4().hex[:8]}/t"),
+                      S3Settings(proxy.endpoint, None, True, s3_server.access_key, s3_server.secret_key))
+        written = {}
+        for name, rows, blob in (("small.parquet", 1000, 10), ("large.parquet", 60, 200_000)):
+            out = ParquetOut(store, name, schema, codec="none")
+            out.write(pa.table({"id": list(range(rows)), "blob": [os.urandom(blob) for _ in range(rows)]},
+                               schema=schema))
+            written[name] = (rows, out.close()[0])
+        requests = {name: sorted(method for method, path, _ in proxy.counters.answers if path.split("?")[0]
+                                 .endswith(name)) for name in written}
+        for name, (rows, size) in written.items():
+            assert store.fs.get_file_info(store.path(name)).size == size
+            assert pq.read_table(store.fs.open_input_file(store.path(name))).num_rows == rows
+    assert requests["small.parquet"] == ["PUT"], requests
+    assert written["large.parquet"][1] > 10 * 2**20 and requests["large.parquet"].count("POST") == 2, requests
