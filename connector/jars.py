@@ -215,11 +215,13 @@ def s3_jars() -> list[Path]:
 
 LOGSTORE_SOURCE = Path(__file__).resolve().parent / "table" / "java"
 LOGSTORE_CLASS = "io.lakesink.delta.ConditionalS3LogStore"
+CHECKPOINT_FILE_MANAGER_CLASS = "io.lakesink.delta.DirectPutCheckpointFileManager"
 
 
 def logstore_jar() -> Path:
-    """lakesink's put-if-absent Delta log store for s3a:// (connector/table/java), compiled once with javac
-    against the pinned delta-storage, pyspark's Hadoop and hadoop-aws; rebuilt when its source changes."""
+    """lakesink's put-if-absent Delta log store and one-PUT checksum writer for s3a:// (connector/table/java),
+    compiled once with javac against the pinned delta-storage, pyspark's Spark and Hadoop, and hadoop-aws; rebuilt
+    when its source changes."""
     import hashlib
     import zipfile
 
@@ -234,7 +236,10 @@ def logstore_jar() -> Path:
         raise SetupError("javac (a JDK 17, not only a JRE) is needed once to build lakesink's Delta log store for "
                          "S3: install OpenJDK 17 with its compiler (e.g. `apt-get install openjdk-17-jdk-headless`) "
                          "and run again.")
-    classpath = [*delta_jars(), *spark_jars_dir().glob("hadoop-client-api-*.jar"), *s3_jars()]
+    spark = spark_jars_dir()
+    classpath = [*delta_jars(), *s3_jars(),
+                 *(jar for pattern in ("hadoop-client-api-*.jar", "spark-sql_*.jar", "spark-core_*.jar",
+                                       "spark-common-utils_*.jar", "scala-library-*.jar") for jar in spark.glob(pattern))]
     classes = target / "classes"
     if target.exists():
         shutil.rmtree(target)

@@ -197,3 +197,46 @@ def test_a_small_data_file_is_one_put_and_a_large_one_a_multipart_upload(s3_serv
             assert pq.read_table(store.fs.open_input_file(store.path(name))).num_rows == rows
     assert requests["small.parquet"] == ["PUT"], requests
     assert written["large.parquet"][1] > 10 * 2**20 and requests["large.parquet"].count("POST") == 2, requests
+
+
+def test_a_checksum_file_on_s3_is_one_put_and_never_replaces_another(spark, s3_server):
+    """Delta writes each version's checksum file (`N.crc`) through Spark's checkpoint file manager, which on S3 put a
+    temporary object, copied it and deleted it; lakesink's manager (connector/table/java) puts the object itself,
+    conditionally when it must not replace one, and a cancelled write leaves nothing. Through the counting proxy, on a
+    bucket of its own so that the session's S3A reaches it through the proxy too."""
+    from tests.s3proxy import S3Proxy
+
+    bucket = f"crc-{uuid.uuid4().hex[:8]}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    try:
+        with S3Proxy(s3_server.endpoint) as proxy:
+            store = Store(Location.parse(f"s3://{bucket}/t"),
+                          S3Settings(proxy.endpoint, None, True, s3_server.access_key, s3_server.secret_key))
+            sink = DeltaTableSink(store.root.delta_uri, "app", spark_factory=lambda: spark, store=store)
+            for txn in (1, 2, 3):
+                status = _status(store, "app", 1, txn, list(range(txn * 10, txn * 10 + 5)))
+                sink.commit(txn_version(1, txn), {("t", 0): txn * 5}, (status,), expect_new_table=txn == 1)
+            log = [(method, path) for method, path, _ in proxy.counters.answers if "/_delta_log/" in path]
+            jvm = spark._jvm
+            manager = jvm.io.lakesink.delta.DirectPutCheckpointFileManager(
+                jvm.org.apache.hadoop.fs.Path(f"s3a://{bucket}/t/_delta_log"), conf)
+            first = jvm.org.apache.hadoop.fs.Path(f"s3a://{bucket}/t/_delta_log/{0:020d}.crc")
+            replacing = manager.createAtomic(first, False)
+            replacing.write(b"not a checksum")
+            with pytest.raises(Exception, match="(?i)precondition|412|exist"):
+                replacing.close()
+            cancelled = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(f"s3a://{bucket}/t/_delta_log/x.crc"), False)
+            cancelled.write(b"half")
+            cancelled.cancel()
+            listed = {o["Key"]: o["Size"] for o in s3_server.client().list_objects_v2(
+                Bucket=bucket, Prefix="t/_delta_log/")["Contents"]}
+            checksum = json.loads(store.read_bytes(f"_delta_log/{0:020d}.crc"))
+    finally:
+        conf.set("fs.s3a.endpoint", s3_server.endpoint)
+    crc_puts = sorted(path.rsplit("/", 1)[1] for method, path in log if method == "PUT" and ".crc" in path)
+    assert crc_puts == [f"{v:020d}.crc" for v in range(3)], crc_puts
+    assert not [path for _, path in log if path.endswith(".tmp")], "no temporary object"
+    assert [method for method, path in log if method in ("DELETE", "POST")] == [], log
+    assert checksum["numFiles"] == 1 and checksum["tableSizeBytes"] > 0, checksum
+    assert sorted(k.rsplit("/", 1)[1] for k in listed if k.endswith(".crc")) == [f"{v:020d}.crc" for v in range(3)]
