@@ -17,7 +17,7 @@ import org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCh
  * Spark's checkpoint file manager, which Delta uses to write a version's checksum file ({@code _delta_log/N.crc}),
  * with one change for s3a:// paths: an atomic file is one PUT of the object itself, not a temporary object, a copy
  * and a delete. An S3 object appears whole when its upload completes, so the rename adds nothing but requests (about
- * twelve per commit, docs/performance.md). A file that must not replace another is created with S3A's conditional
+ * twenty per commit with S3A's probes of both names, docs/performance.md). A file that must not replace another is created with S3A's conditional
  * create ({@code If-None-Match: *}), as the log store creates commits ({@link ConditionalS3LogStore}); {@code cancel}
  * aborts the upload, so nothing appears. Every other path and every other operation is Spark's own
  * FileContext-based manager. Enabled with
@@ -25,12 +25,10 @@ import org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCh
  * (connector/spark.py).
  */
 public class DirectPutCheckpointFileManager implements CheckpointFileManager {
-    private final Path path;
     private final Configuration hadoopConf;
     private final CheckpointFileManager spark;
 
     public DirectPutCheckpointFileManager(Path path, Configuration hadoopConf) {
-        this.path = path;
         this.hadoopConf = hadoopConf;
         this.spark = new FileContextBasedCheckpointFileManager(path, hadoopConf);
     }
