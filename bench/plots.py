@@ -95,6 +95,11 @@ def throughput_vs_partitions(runs: list[dict], out: Path) -> list[Path]:
     return paths
 
 
+def _latency_interval_ms(args: dict):
+    """The latency phase's transaction.interval.ms (its own since --latency-interval-ms; the run's before)."""
+    return args.get("latency_interval_ms") or args.get("txn_interval_ms")
+
+
 def recovery_vs_history(runs: list[dict], out: Path) -> list[Path]:
     paths = []
     for run, hist, x, suffix in scale_runs(runs, "history", "by_history"):
@@ -120,7 +125,7 @@ def latency_cdf(runs: list[dict], out: Path) -> list[Path]:
         ys = [i / (len(sample) - 1) for i in range(len(sample))] if len(sample) > 1 else [1.0]
         ax.plot([v / 1000 for v in sample], ys, label=f"{label(run)}: {lat['achieved_rate']:,.0f} rec/s, "
                                                        f"{lat['measured']:,} records, txn interval "
-                                                       f"{run['args'].get('txn_interval_ms')} ms")
+                                                       f"{_latency_interval_ms(run['args'])} ms")
     ax.set(xlabel="seconds from produce to visible in the table", ylabel="fraction of records", ylim=(0, 1))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
