@@ -29,6 +29,10 @@ _DEFAULTS = {
     # and costs seconds per commit on one machine); raise it with spark.* when the table's log is large.
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.parquet.compression.codec": "snappy",
+    # Compaction's OPTIMIZE rewrites one bin at a time. The scheduler serves jobs first in, first out, and Delta
+    # submits up to 15 bins at once by default, so a commit's job queued behind all of them (measured: a commit of
+    # 37 s behind a 60-s OPTIMIZE, docs/performance.md). Raise it with spark.* where the driver has cores to spare.
+    "spark.databricks.delta.optimize.maxThreads": "1",
     # Keep Spark off Ivy entirely: every jar is on spark.jars.
     "spark.jars.ivySettings": "",
     # every commit to an s3a:// table is put-if-absent on the store (connector/table/java, docs/ARCHITECTURE.md)
