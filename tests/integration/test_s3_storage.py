@@ -26,9 +26,10 @@ pytestmark = pytest.mark.integration
 DRAIN_S = 240
 
 
-def _store(server, name: str) -> Store:
-    return Store(Location.parse(f"s3://{server.bucket}/{name}-{uuid.uuid4().hex[:8]}/t"),
-                 S3Settings(server.endpoint, None, True, server.access_key, server.secret_key))
+def _store(server, name: str, endpoint: str | None = None, bucket: str | None = None) -> Store:
+    """A table on the session's server (by default its endpoint and bucket)."""
+    return Store(Location.parse(f"s3://{bucket or server.bucket}/{name}-{uuid.uuid4().hex[:8]}/t"),
+                 S3Settings(endpoint or server.endpoint, None, True, server.access_key, server.secret_key))
 
 
 def _status(store: Store, app: str, epoch: int, txn: int, ids: list[int], partition: int = 0) -> WriteStatus:
@@ -182,8 +183,7 @@ def test_a_small_data_file_is_one_put_and_a_large_one_a_multipart_upload(s3_serv
 
     schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
     with S3Proxy(s3_server.endpoint) as proxy:
-        store = Store(Location.parse(f"s3://{s3_server.bucket}/requests-{uuid.uuid4().hex[:8]}/t"),
-                      S3Settings(proxy.endpoint, None, True, s3_server.access_key, s3_server.secret_key))
+        store = _store(s3_server, "requests", endpoint=proxy.endpoint)
         written = {}
         for name, rows, blob in (("small.parquet", 1000, 10), ("large.parquet", 60, 200_000)):
             out = ParquetOut(store, name, schema, codec="none")
@@ -211,26 +211,25 @@ def test_a_checksum_file_on_s3_is_one_put_and_never_replaces_another(spark, s3_s
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     try:
         with S3Proxy(s3_server.endpoint) as proxy:
-            store = Store(Location.parse(f"s3://{bucket}/t"),
-                          S3Settings(proxy.endpoint, None, True, s3_server.access_key, s3_server.secret_key))
+            store = _store(s3_server, "crc", endpoint=proxy.endpoint, bucket=bucket)
             sink = DeltaTableSink(store.root.delta_uri, "app", spark_factory=lambda: spark, store=store)
             for txn in (1, 2, 3):
                 status = _status(store, "app", 1, txn, list(range(txn * 10, txn * 10 + 5)))
                 sink.commit(txn_version(1, txn), {("t", 0): txn * 5}, (status,), expect_new_table=txn == 1)
             log = [(method, path) for method, path, _ in proxy.counters.answers if "/_delta_log/" in path]
             jvm = spark._jvm
-            manager = jvm.io.lakesink.delta.DirectPutCheckpointFileManager(
-                jvm.org.apache.hadoop.fs.Path(f"s3a://{bucket}/t/_delta_log"), conf)
-            first = jvm.org.apache.hadoop.fs.Path(f"s3a://{bucket}/t/_delta_log/{0:020d}.crc")
+            log_dir = f"{store.root.spark_path}/_delta_log"
+            manager = jvm.io.lakesink.delta.DirectPutCheckpointFileManager(jvm.org.apache.hadoop.fs.Path(log_dir), conf)
+            first = jvm.org.apache.hadoop.fs.Path(f"{log_dir}/{0:020d}.crc")
             replacing = manager.createAtomic(first, False)
             replacing.write(b"not a checksum")
             with pytest.raises(Exception, match="(?i)precondition|412|exist"):
                 replacing.close()
-            cancelled = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(f"s3a://{bucket}/t/_delta_log/x.crc"), False)
+            cancelled = manager.createAtomic(jvm.org.apache.hadoop.fs.Path(f"{log_dir}/x.crc"), False)
             cancelled.write(b"half")
             cancelled.cancel()
             listed = {o["Key"]: o["Size"] for o in s3_server.client().list_objects_v2(
-                Bucket=bucket, Prefix="t/_delta_log/")["Contents"]}
+                Bucket=bucket, Prefix=f"{store.root.key}/_delta_log/")["Contents"]}
             checksum = json.loads(store.read_bytes(f"_delta_log/{0:020d}.crc"))
     finally:
         conf.set("fs.s3a.endpoint", s3_server.endpoint)

@@ -48,6 +48,13 @@ def _log(table, version: int) -> list[dict]:
     return [json.loads(line) for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines()]
 
 
+def _produce_one(producer, topic: str, n: int, sent: dict[int, int]) -> None:
+    """Record `n`: its region, and the Kafka partition it goes to, alternate with n."""
+    producer.produce(topic, json.dumps({"id": n, "region": ("eu", "us")[n % 2], "amount": n * 1.5}).encode(),
+                     partition=n % 2)
+    sent[n % 2] += 1
+
+
 def _trickle(bootstrap, topic, cfg, sink, rounds: int, first: int) -> None:
     """`rounds` small batches from round `first` on, each committed before the next: a tiny file per partition per
     round."""
@@ -56,9 +63,7 @@ def _trickle(bootstrap, topic, cfg, sink, rounds: int, first: int) -> None:
     for r in range(first, first + rounds):
         for i in range(PER_ROUND):
             n = r * PER_ROUND + i
-            producer.produce(topic, json.dumps({"id": n, "region": ("eu", "us")[n % 2], "amount": n * 1.5}).encode(),
-                             partition=n % 2)
-            sent[n % 2] += 1
+            _produce_one(producer, topic, n, sent)
         assert producer.flush(30) == 0
         drain(sink, cfg, {(topic, p): n for p, n in sent.items()}, f"round {r}", 60)
 
@@ -71,9 +76,7 @@ def _produce_for(bootstrap, topic, sink, seconds: float, first: int, watch) -> d
     began = sampled = time.monotonic()
     while (elapsed := time.monotonic() - began) < seconds:
         while n - first < elapsed * TRICKLE_RATE:
-            producer.produce(topic, json.dumps({"id": n, "region": ("eu", "us")[n % 2], "amount": n * 1.5}).encode(),
-                             partition=n % 2)
-            sent[n % 2] += 1
+            _produce_one(producer, topic, n, sent)
             n += 1
         producer.poll(0.1)
         if time.monotonic() - sampled >= SAMPLE_S:
