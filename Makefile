@@ -1,13 +1,14 @@
 # Two entry points for a fresh machine (see README.md):
 #   make demo  - install everything, start a local Kafka broker, sink sample events into a local Delta table
-#                (DEMO_ARGS=--s3: the table on a local S3 server)
+#                (DEMO_ARGS=--s3: the table on a local S3 server; DEMO_ARGS=--cdc: a PostgreSQL database mirrored
+#                through Debezium into Delta tables, each compared with its database table)
 #   make test  - install everything and run the whole test suite against a real broker and real Delta tables
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test unit lint clean-cache kafka-start kafka-stop registry-start registry-stop bench
+.PHONY: setup postgresql demo test testkit unit lint clean-cache kafka-start kafka-stop registry-start registry-stop bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "lakesink needs Python 3.10 or newer: install it and run make again.")'
@@ -16,8 +17,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) postgresql
 	$(BIN)/lakesink deps
+
+# PostgreSQL's server programs, for the database mirror (connector/local/postgres.py starts its own server from them):
+# Debian's `postgresql` package, installed when neither pg_ctl on PATH nor Debian's /usr/lib/postgresql/*/bin has them.
+postgresql:
+	@command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1; }; }; } || \
+	  { echo "PostgreSQL is missing and could not be installed: install Debian's postgresql package (apt-get install postgresql) and run make again." >&2; exit 1; }
 
 demo: setup
 	$(BIN)/lakesink demo $(DEMO_ARGS)
@@ -28,8 +37,13 @@ demo: setup
 # failed (a producer timing out through a broker restart, kills that came too late): two until those hold under load.
 TEST_WORKERS ?= 2
 
-test: setup lint
+test: setup lint testkit
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The test kit's reference producers: the Java helper around Kafka's own JsonConverter (testkit/connect_records.py),
+# fetched from Maven Central and compiled once into .cache/.
+testkit: $(STAMP)
+	$(BIN)/python -c 'from testkit.connect_records import helper_classpath; helper_classpath()'
 
 # The import contracts in pyproject.toml: the architecture's arrows (docs/ARCHITECTURE.md).
 lint: $(STAMP)

@@ -97,7 +97,7 @@ class Bench(ModeRun):
         return self.args.records
 
     def lakesink_config(self, name: str, topic: str, interval_ms: int | None = None) -> Path:
-        from connector.spark import DRIVER_JAVA_OPTIONS
+        from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
         settings = {
             "name": name,
@@ -318,14 +318,14 @@ def child_raw(args) -> int:
 def child_sss(args) -> int:
     from pyspark.sql.functions import col, from_json
 
-    from connector.jars import spark_kafka_jars
-    from connector.spark import get_spark
+    from connector.jvm.jars import spark_kafka_jars
+    from connector.jvm.spark import get_spark
 
     local = Path(args.work) / "spark-sss"
     (local / "tmp").mkdir(parents=True, exist_ok=True)
     conf = {"spark.local.dir": str(local), "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={local / 'tmp'}"}
     if args.s3_endpoint:  # the table and the checkpoint on the bench's S3 server, through S3A like lakesink's
-        from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+        from connector.local.s3 import ACCESS_KEY, SECRET_KEY
         from connector.storage.store import S3Settings
 
         settings = S3Settings(args.s3_endpoint, None, True, ACCESS_KEY, SECRET_KEY)
@@ -374,13 +374,14 @@ def child_profile(args) -> int:
     from connector.protocol.channel import ControlChannel
     from connector.config import load_config
     from connector.table.delta_log import DeltaLogCommitter
-    from connector.app.service import Roles
+    from connector.app.roles import Roles
     from connector.table.sink import DeltaTableSink
-    from coordinator.service import CoordinatorService
+    from coordinator.service import CoordinatorService, build_coordinator
     from participant import worker as worker_module
     from connector.formats.plain_json import JsonRows
     from participant.convert import Converter
     from participant.filegroup import FileGroupWriter
+    from participant.tableview import TableView
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     inclusive: dict[tuple[str, str], float] = defaultdict(float)
@@ -455,7 +456,7 @@ def child_profile(args) -> int:
     timed(W, "_handle_records", "_handle_records")
     timed(W, "_on_control", "_on_control")
     timed(W, "_flush", "_flush")
-    timed(W, "_refresh_schema", "_refresh_schema")
+    timed(TableView, "refresh", "_refresh_schema")
     timed(Converter, "convert", "convert")
     timed(Converter, "_convert", "convert._convert")
     timed(JsonRows, "read", "convert.json")
@@ -484,7 +485,7 @@ def child_profile(args) -> int:
 
     cfg = load_config(args.config)
     roles = Roles()
-    coordinator = CoordinatorService(cfg)
+    coordinator = build_coordinator(cfg)
     worker = ProfiledWorker(cfg)
     roles.add("coordinator", coordinator.run)
     roles.add("worker", worker.run)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # noqa: E402
 from deltalake import DeltaTable, write_deltalake  # noqa: E402
 
-from connector.spark import get_spark  # noqa: E402
+from connector.jvm.spark import get_spark  # noqa: E402
 from connector.table.upkeep import Upkeep, UpkeepSettings  # noqa: E402
 
 REGIONS = ("eu", "us", "ap", "sa", "af", "me", "oc", "an")

@@ -229,6 +229,7 @@ def check_same_rows(name: str, typed: pa.Table, inferred: pa.Table) -> None:
 
 def registry_main(args: argparse.Namespace) -> int:
     from bench.registry_rows import registry_client
+    from connector.formats import registry_format
     from connector.formats.registry import RegistryReader
 
     client = registry_client(f"mock://convert-bench-{uuid.uuid4().hex}")
@@ -241,7 +242,7 @@ def registry_main(args: argparse.Namespace) -> int:
         if name == "json":
             converter = Converter("json", connect_meta_data=True)
         else:
-            reader = RegistryReader(name, client=client)
+            reader = RegistryReader(registry_format(name), client=client)
             converter = Converter(name, connect_meta_data=True, value_registry=reader)
         rows, tables[name] = convert_all(converter, values[name], args.batch, name)
         if name != "json":

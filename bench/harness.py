@@ -97,7 +97,7 @@ class ModeRun:
 
     def spark_conf(self, name: str, java_options: str = "") -> dict[str, str]:
         """Spark's scratch space in the work directory. `java_options` go before the tmpdir option: lakesink
-        keeps its default driver options (connector.spark.DRIVER_JAVA_OPTIONS), SSS runs with Spark's own."""
+        keeps its default driver options (connector.jvm.spark.DRIVER_JAVA_OPTIONS), SSS runs with Spark's own."""
         local = self.work / f"spark-{name}"
         (local / "tmp").mkdir(parents=True, exist_ok=True)
         return {"spark.local.dir": str(local),

@@ -172,7 +172,7 @@ def produce(bootstrap: str, layout: Layout) -> None:
 def config_of(work: Path, bootstrap: str, layout: Layout, txn_interval_ms: int, extra: dict[str, str]) -> Path:
     """The layout's properties: lakesink's defaults but for the transaction interval, Spark's scratch space and
     `extra` (pipeline_config's test settings for spark.master and spark.driver.memory are taken out again)."""
-    from connector.spark import DRIVER_JAVA_OPTIONS
+    from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
     scratch = work / f"spark-{layout.key}"
     (scratch / "tmp").mkdir(parents=True, exist_ok=True)
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {machine()}; work directory {work}", flush=True)
         bootstrap = args.bootstrap
         if bootstrap is None:
-            from connector.kafka.local import LocalKafka
+            from connector.local.kafka import LocalKafka
 
             print("starting a Kafka broker ...", flush=True)
             broker = LocalKafka(work / "kafka", heap="1g").start()

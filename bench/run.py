@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"machine: {started_on}; work directory {work}")
         bootstrap = args.bootstrap
         if not bootstrap:
-            from connector.kafka.local import LocalKafka
+            from connector.local.kafka import LocalKafka
 
             say("starting a Kafka broker ...")
             broker = LocalKafka(work / "kafka", heap="1g").start()

@@ -1,4 +1,4 @@
-"""The benchmark's S3 server: the local SeaweedFS of connector/storage/local_s3.py with its Prometheus metrics on,
+"""The benchmark's S3 server: the local SeaweedFS of connector/local/s3.py with its Prometheus metrics on,
 the S3 requests it counts (per run of a phase: RequestMeter), a way to watch a table's Delta log that is not an S3
 request, and where a table of the bench lives (table_log, table_store).
 
@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from connector.storage.local_s3 import LocalS3, _port_pair
+from connector.local.s3 import LocalS3, _port_pair
 
 _REQUESTS = re.compile(r'^SeaweedFS_s3_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 

@@ -119,7 +119,7 @@ class SinkRun:
 class ScaleBench(ModeRun):
     def config(self, name: str, topic: str, **extra) -> Path:
         """`lakesink run`'s properties: the bench's flags, Spark's scratch space in the work directory, `extra`."""
-        from connector.spark import DRIVER_JAVA_OPTIONS
+        from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
         a = self.args
         settings = {"name": name, "kafka.bootstrap.servers": self.bootstrap, "kafka.topic.names": topic,
@@ -280,8 +280,7 @@ def extend_history(table: Path, connector: str, versions: int) -> dict:
     import deltalake
 
     from connector.protocol.messages import txn_version
-    from connector.table.history import lakesink_meta
-    from connector.table.sink import KEEP_MANIFESTS, state_prefix, txn_tag
+    from connector.table.state import KEEP_MANIFESTS, commit_metadata, read_commit_metadata, state_prefix, txn_tag
 
     began = time.monotonic()
     log_dir = table / "_delta_log"
@@ -291,7 +290,7 @@ def extend_history(table: Path, connector: str, versions: int) -> dict:
     for v in range(latest, -1, -1):
         actions = [json.loads(line) for line in (log_dir / f"{v:020d}.json").read_text().splitlines() if line]
         info = next((x["commitInfo"] for x in actions if "commitInfo" in x), {})
-        meta = lakesink_meta(info)
+        meta = read_commit_metadata(info.get("userMetadata"))
         if meta is not None and meta.get("connector") == connector and any("add" in x for x in actions):
             break
     else:
@@ -312,8 +311,8 @@ def extend_history(table: Path, connector: str, versions: int) -> dict:
         for action in template:
             action = json.loads(json.dumps(action))
             if "commitInfo" in action:
-                action["commitInfo"].update(timestamp=now_ms, userMetadata=json.dumps(
-                    {"lakesink": {**meta, "txn": new_txn}}))
+                action["commitInfo"].update(timestamp=now_ms, userMetadata=commit_metadata(
+                    epoch, new_txn, meta["instance"], connector))
             elif "txn" in action:
                 action["txn"].update(version=version, lastUpdated=now_ms)
             else:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/soak.py --faults 50 --seed 1 --max-minutes 60
 
-Starts its own Kafka broker (connector.kafka.local) in a temporary directory, one coordinator and two worker
+Starts its own Kafka broker (connector.local.kafka) in a temporary directory, one coordinator and two worker
 processes, and a producer thread that keeps producing (testkit.Stream). Each fault picks a random step of
 connector.faults.STEPS, restarts the process of that role (a random worker for participant steps) armed with it
 (kill, or pause and then kill), waits for it to fire, restarts the process clean and waits for the committed
@@ -90,7 +90,7 @@ class Soak:
 
     def committed(self) -> int:
         """Sum of committed offsets (from the table's manifest of its txn version), -1 before the first."""
-        from connector.app.verify import read_committed
+        from connector.app.verify_table import read_committed
 
         try:
             state = read_committed(str(self.table), self.name)
@@ -160,7 +160,7 @@ class Soak:
     def run(self) -> int:
         from confluent_kafka.admin import AdminClient
 
-        from connector.kafka.local import LocalKafka
+        from connector.local.kafka import LocalKafka
 
         args = self.args
         (self.work / "logs").mkdir(exist_ok=True)

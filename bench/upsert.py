@@ -392,7 +392,7 @@ class UpsertBench(ModeRun):
         name = f"upsert{uuid.uuid4().hex[:6]}"
         table = self.copy(name)
         conf = self.spark_conf(name)
-        # what a keyed coordinator runs with (connector/spark.py: the JVM's defaults), and the run's temp dir
+        # what a keyed coordinator runs with (connector/jvm/spark.py: the JVM's defaults), and the run's temp dir
         conf["spark.driver.extraJavaOptions"] = f"-Djava.io.tmpdir={self.work / f'spark-{name}' / 'tmp'}"
         config = pipeline_config(self.work, self.bootstrap, produced.topic, name=name, **{
             "target.table.name": name, "write.mode": "upsert", "delete.enabled": "true", "record.key.fields": "",
@@ -579,7 +579,7 @@ def run(args, work: Path, bootstrap: str, machine: str) -> int:
 # --- child phases ----------------------------------------------------------------------------------------------
 
 def _spark(app: str, args, extra_jars: list[str] | None = None, conf: dict | None = None):
-    from connector.spark import get_spark
+    from connector.jvm.spark import get_spark
 
     local = Path(args.work) / f"spark-{app}"
     (local / "tmp").mkdir(parents=True, exist_ok=True)
@@ -611,7 +611,7 @@ def child_baseline(args) -> int:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from connector.jars import spark_kafka_jars
+    from connector.jvm.jars import spark_kafka_jars
 
     spark = _spark("baseline", args, extra_jars=[str(p) for p in spark_kafka_jars()])
     target = DeltaTable.forPath(spark, str(args.table))

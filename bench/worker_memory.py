@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         broker = None
         if args.bootstrap is None:
-            from connector.kafka.local import LocalKafka
+            from connector.local.kafka import LocalKafka
 
             broker = LocalKafka(work / "kafka", heap="1g").start()
         bootstrap = args.bootstrap or broker.bootstrap

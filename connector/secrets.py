@@ -1,9 +1,10 @@
 """No secret leaves the process in clear: one scrubber that every output runs its text through.
 
 `connector.config.is_secret` says which keys hold secrets, and `LakesinkConfig.secrets()` returns their values.
-`protect(cfg)` adds those values to the process's scrubber, which the outputs use: log lines (connector/logs.py),
-the PROGRESS and COMMIT_FAILED messages of the control topic (connector/protocol/channel.py), `/metrics` and
-`/health` (connector/metrics.py), `lakesink status`, `verify` and `validate`, and the command line's error line.
+`protect(cfg)` adds those values to the process's scrubber, which the outputs use: log lines
+(connector/observe/logs.py), the PROGRESS and COMMIT_FAILED messages of the control topic
+(connector/protocol/channel.py), `/metrics` and `/health` (connector/observe/metrics.py), `lakesink status`, `verify`
+and `validate`, and the command line's error line.
 
 There is one scrubber per process, as there is one log handler: text reaches the outputs from every role and
 thread, often as an exception a client library built from the configuration, so a value known to be secret is
@@ -22,7 +23,7 @@ REDACTED = "******"
 MIN_LENGTH = 3
 """Values shorter than this are not replaced in free text: every `1` or `ab` of every line would go, and a value
 that short protects nothing (a few thousand guesses find it). They are still masked wherever their key is shown
-(`LakesinkConfig.describe()`), and `connector.logs.setup_for` warns about them."""
+(`LakesinkConfig.describe()`), and `connector.observe.logs.setup_for` warns about them."""
 
 
 class HasSecrets(Protocol):

@@ -20,6 +20,14 @@ DELETE_MARKER = "__lakesink_delete"
 ABSENT = "__lakesink_absent"
 """Staged only (list of column names, null when none): the columns a change does not carry, which an update under
 upsert.missing.fields=keep leaves as they are; never a column of the table."""
+OLD_KEY = "__lakesink_old_key"
+"""Staged only (a struct of the key columns, null for most rows): the key a Debezium create replaces (its
+`__debezium.oldkey` header: a primary-key change), on a create that carries the unavailable-value placeholder; the
+MERGE takes such columns from the old key's row (docs/ARCHITECTURE.md, "The keyed-write rules"). Never a column of
+the table."""
+OLD_KEY_HEADER = "__debezium.oldkey"
+"""The Kafka header Debezium puts on the create of a primary-key change: the old key, as the Connect worker's
+header converter writes it (SimpleHeaderConverter: the key struct as a JSON object)."""
 UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 """Debezium's default `unavailable.value.placeholder`: a value the source did not send (an unchanged TOASTed
 column of PostgreSQL), which a change never writes over the stored one."""
@@ -132,6 +140,8 @@ def reserved_columns(spec: UpsertSpec) -> frozenset[str]:
     names: set[str] = set()
     if spec.keyed:
         names.update((DELETE_MARKER, ABSENT))
+        if spec.envelope == "debezium":
+            names.add(OLD_KEY)
     if spec.cdc_columns:
         names.update(CDC_COLUMNS)
     if spec.changelog:

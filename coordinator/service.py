@@ -2,18 +2,18 @@
 
 On start: read committed offsets from the table (I1; the invariants are in docs/ARCHITECTURE.md), claim a new
 epoch with a commit of its own (I3), sweep unreferenced files, send START-COMMIT. Then CoordinatorState
-drives; this module performs its effects.
+drives; this module performs its effects. What it reads from Kafka for a START is coordinator/offsets.py's, what it
+tells about each commit (PROGRESS, metrics) coordinator/progress.py's; build_coordinator makes its collaborators.
 """
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from confluent_kafka.admin import AdminClient
 
-from connector import logs
+from connector.observe import logs
 from connector.protocol.channel import IGNORE_REASONS as CHANNEL_IGNORE_REASONS
 from connector.protocol.channel import ControlChannel, identity
 from connector.clock import Clock, Deadline, SystemClock
@@ -35,11 +35,9 @@ from connector.protocol.messages import (
     CommitFailed,
     EndCommit,
     Offsets,
-    Progress,
     StartCommit,
-    TopicPartition,
 )
-from connector.metrics import Metrics
+from connector.observe.metrics import Metrics
 from connector.retry import Retries
 from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
@@ -50,47 +48,15 @@ from connector.table.sink import CommitResult, DeltaTableSink
 from connector.upsert import UpsertSpec
 from connector.table.sweep import sweep
 from connector.table.upkeep import Upkeep, UpkeepSettings
-from connector.kafka.watermarks import lag, list_offsets, topic_ids
 from connector.table import history
-from coordinator.state import (
-    IGNORE_REASONS,
-    Commit,
-    CoordinatorState,
-    Effect,
-    OffsetCheck,
-    Phase,
-    Send,
-    TopicIds,
-    offset_resets,
-)
+from coordinator.deadletters import ConstraintDeadLetters
+from coordinator.offsets import OffsetSettings, SourceOffsets
+from coordinator.progress import CoordinatorStats, ProgressReport, ProgressSettings
+from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, Phase, Send
+from coordinator.warmup import SparkWarmUp, StoppedBeforeSpark
 from connector.schema.algebra import schema_to_text
 
 log = logging.getLogger(__name__)
-
-
-
-@dataclass
-class CommitRecord:
-    epoch: int
-    txn: int
-    table_version: int | None
-    rows: int
-    bytes: int
-    files: int
-    duration_s: float
-    offsets: Offsets
-
-
-@dataclass
-class CoordinatorStats:
-    commits: list[CommitRecord] = field(default_factory=list)
-    commit_failures: int = 0
-    groups_left_out: int = 0  # file groups a commit left out (they disagreed with the table): read again
-    claims: int = 0
-
-
-class _StoppedBeforeSpark(LakesinkError):
-    """A graceful stop ran out of time while its last commit waited for the Spark session to start."""
 
 
 LEFT_OUT_LIMIT = 3
@@ -98,33 +64,26 @@ LEFT_OUT_LIMIT = 3
 
 
 class CoordinatorService:
-    def __init__(self, cfg: LakesinkConfig, clock: Clock | None = None, spark_factory=None,
-                 metrics: Metrics | None = None):
+    def __init__(self, cfg: LakesinkConfig, store: Store, sink: DeltaTableSink, kafka: KafkaClients,
+                 spark: SparkWarmUp, dead_letters: ConstraintDeadLetters, clock: Clock, metrics: Metrics,
+                 channel: ControlChannel | None = None):
+        """`build_coordinator` makes the real collaborators: the table's `store` and `sink` (its Spark session is
+        `spark`'s, the rows its constraints reject go to `dead_letters`), the settings of every Kafka client this
+        coordinator opens (`kafka`), the `clock` its intervals, deadlines and durations are read on, and
+        `channel`, the control channel (open() opens one unless it is given)."""
         self.cfg = cfg
-        self.metrics = metrics or Metrics()
-        # (epoch, txn) -> monotonic time of its START; the last two (pipelined: START N+1 precedes commit N)
-        self._txn_started: dict[tuple[int, int], float] = {}
-        self.clock = clock or SystemClock()
-        self.stats = CoordinatorStats()
-        self._spark_factory = spark_factory or self._default_spark
-        self._spark = None
-        self.store = Store.for_config(cfg)
-        self.sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
-                                   spark_factory=self._spark_session, errors_tolerance=cfg.errors_tolerance,
-                                   dead_letter=self._dead_letter, store=self.store,
-                                   upsert=UpsertSpec.from_config(cfg))
+        self.metrics = metrics
+        self.clock = clock
+        self.spark = spark
+        self.store = store
+        self.sink = sink
+        self._dead_letters = dead_letters
         self._sweep_due = 0.0  # monotonic time of the next sweep of unreferenced files
-        self._spark_thread: threading.Thread | None = None
-        self._spark_error: BaseException | None = None
-        self._kafka = KafkaClients.of(cfg)  # the settings of every Kafka client this coordinator opens
-        self._admin_client: AdminClient | None = None  # made when first needed, released by close()
-        self._channel: ControlChannel | None = None
+        self._kafka = kafka
+        self._channel = channel
         self.state: CoordinatorState | None = None
         self._table_known = False
-        self._wait_warned_at: float | None = None
-        self._last_commit_at = time.monotonic()
-        self._dlq = None  # connector.kafka.deadletter.DeadLetterProducer, once a constraint rejects a row
-        self._resets_warned: set[tuple[TopicPartition, int]] = set()  # (partition, committed) warned about
+        self._last_commit_at = clock.monotonic()
         self._retries = Retries(self.clock, cfg.write_retry_timeout_ms, cfg.retry_backoff_ms)
         self._left_out: dict[tuple[str, int], int] = {}  # commits in a row that left out a partition's group
         self._retry_at: Deadline | None = None  # when a failed commit's txn is discarded and a new one starts
@@ -132,88 +91,21 @@ class CoordinatorService:
         # stops the next commit (_check_not_restored)
         self._last_committed: tuple[int, int, Offsets] | None = None
         # a graceful stop request (set by the process wiring, connector/app/service.py): the txn in flight ENDs at
-        # once, is committed, and no txn starts after it (`_drained`); Roles bounds it by shutdown.timeout.ms
+        # once, is committed, and no txn starts after it (`_drained`); Roles bounds it by shutdown.timeout.ms, whose
+        # end `stop` (run's argument) brings: a drain still waiting for Spark to start then gives up
         self.drain: threading.Event | None = None
-        self._stop: threading.Event | None = None
+        self.stop: threading.Event | None = None
         self._draining = False
         self._drained = False
-        self._regex_topics: set[str] | None = None  # the topics kafka.topic.regex matched at the last START
-        self._upkeep = Upkeep(UpkeepSettings.from_config(cfg), self.store.root.spark_path, self.sink.delta,
-                              self._spark_session, self.store.read_bytes)
-        self._compaction_seen = None  # the last round of compaction the metrics count
-
-    def _default_spark(self):
-        return build_spark(self.cfg, self.cfg.write_mode != "append")
-
-    def partitions(self) -> list[TopicPartition]:
-        """The expected partitions, re-read from Kafka metadata at every START. With kafka.topic.regex, a partition
-        of a matching topic joins once a worker holds it or it has a committed offset: a topic created while
-        running is waited for only when a worker's subscription has found it too."""
-        md = self._admin.list_topics(timeout=30)
-        out: list[TopicPartition] = []
-        topics = self.cfg.source_topics(md.topics)
-        if self.cfg.kafka_topic_regex is not None:
-            self._note_topics(set(topics))
-        for topic in topics:
-            tmd = md.topics.get(topic)
-            if tmd is None or tmd.error is not None:
-                log.warning("source topic %s is not available (%s); it takes no part in this txn", topic,
-                            tmd.error if tmd else "missing")
-                continue
-            found = [(topic, p) for p in sorted(tmd.partitions)]
-            if self.cfg.kafka_topic_regex is not None:
-                committed = self.state.committed_offsets
-                found = [tp for tp in found if tp in committed or self.state.owner_of(tp) is not None]
-            out.extend(found)
-        return out
-
-    def _source_topics(self) -> list[str]:
-        """The source topics now: kafka.topic.names, or the topics kafka.topic.regex matches (read from Kafka's
-        metadata only then)."""
-        if self.cfg.kafka_topic_regex is None:
-            return list(self.cfg.kafka_topic_names)
-        return self.cfg.source_topics(self._admin.list_topics(timeout=30).topics)
-
-    def _note_topics(self, topics: set[str]) -> None:
-        """Log the topics that began or stopped matching kafka.topic.regex (created, deleted) since the last START."""
-        if self._regex_topics is not None:
-            for topic in sorted(topics - self._regex_topics):
-                log.info("topic %s matches kafka.topic.regex %r: it joins once a worker holds it", topic,
-                         self.cfg.kafka_topic_regex)
-            for topic in sorted(self._regex_topics - topics):
-                log.warning("topic %s, sunk through kafka.topic.regex, no longer exists; its committed offsets stay in "
-                            "the table and the other topics go on", topic)
-        self._regex_topics = topics
-
-    def check_offsets(self, offsets: Offsets, recorded_ids: TopicIds | None = None) -> OffsetCheck:
-        """Before every START: the partitions whose offset Kafka no longer holds (below the log start, above the
-        end, or of a topic whose id is not `recorded_ids`' one: deleted and created again), moved as
-        offset.reset.policy says (or OffsetOutOfRangeError with `fail`), and the topic ids now. The end is what a
-        worker's consumer reads up to (its isolation.level)."""
-        ids = topic_ids(self._admin, {t for t, _ in offsets})
-        known = {tp: o for tp, o in offsets.items() if o is not None}
-        if not known:
-            return OffsetCheck((), ids)
-        low = list_offsets(self._admin, known, earliest=True)
-        high = list_offsets(self._admin, known, read_committed=self._read_committed)
-        resets = offset_resets(known, low, high, self.cfg.offset_reset_policy, recorded_ids or {}, ids)
-        for reset in resets:
-            if (reset.topic_partition, reset.committed) not in self._resets_warned:
-                log.warning("offset.reset.policy=%s: skipping %s", self.cfg.offset_reset_policy, reset.describe())
-        self._resets_warned = {(reset.topic_partition, reset.committed) for reset in resets}
-        return OffsetCheck(tuple(resets), ids)
+        self.offsets = SourceOffsets(OffsetSettings.from_config(cfg), lambda: AdminClient(kafka.config("admin")))
+        self._upkeep = Upkeep(UpkeepSettings.from_config(cfg), store.root.spark_path, sink.delta, spark.session,
+                              store.read_bytes)
+        self.progress = ProgressReport(ProgressSettings.from_config(cfg), metrics, clock, self._upkeep,
+                                       self.offsets.lags)
 
     @property
-    def _read_committed(self) -> bool:
-        return self.cfg.consumer_overrides.get("isolation.level", "read_committed") == "read_committed"
-
-    def ends(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """kafka.auto.offset.reset=latest: where partitions starting with their topic for the first time start."""
-        out = list_offsets(self._admin, partitions, read_committed=self._read_committed)
-        if out:
-            log.info("kafka.auto.offset.reset=latest: %s start at their end (their topic's first start)",
-                     ", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(out.items())))
-        return out
+    def stats(self) -> CoordinatorStats:
+        return self.progress.stats
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -223,35 +115,12 @@ class CoordinatorService:
         # nothing is written (connector/storage/checks.py)
         check_store(self.store, cfg.name)
         check_connection(self._kafka)  # a refused login or certificate: one line, before Spark starts
-        self._warm_up_spark()
-        self._channel = ControlChannel(self._kafka, cfg.control_topic_name, cfg.name, "coordinator",
-                                       identity=identity(self.store.root.delta_uri, cfg.topics_description)).open()
+        self.spark.start()  # in the background (coordinator/warmup.py)
+        if self._channel is None:
+            self._channel = ControlChannel(self._kafka, cfg.control_topic_name, cfg.name, "coordinator",
+                                           identity=identity(self.store.root.delta_uri, cfg.topics_description)).open()
         self._execute(self._begin())
         return self
-
-    def _warm_up_spark(self) -> None:
-        """Build the Spark session in the background: the first commit needs it one transaction interval after
-        the first START, so on a new table START goes out at once. A missing Java or jar still stops the
-        coordinator (at its next step); a table that exists is claimed with a commit, which waits for it."""
-        def build():
-            try:
-                self._spark = self._spark_factory()
-            except BaseException as exc:  # noqa: BLE001 - re-raised on the coordinator's thread
-                self._spark_error = exc
-
-        self._spark_thread = threading.Thread(target=build, name="spark-warm-up", daemon=True)
-        self._spark_thread.start()
-
-    def _spark_session(self):
-        while self._spark_thread is not None and self._spark_thread.is_alive():
-            if self._draining and self._stop is not None and self._stop.is_set():
-                raise _StoppedBeforeSpark("the shutdown bound ran out before the Spark session started")
-            self._spark_thread.join(0.2)
-        if self._spark_error is not None:
-            raise self._spark_error
-        if self._spark is None:  # asking Spark's builder again at every commit logs a warning each time
-            self._spark = self._spark_factory()
-        return self._spark
 
     def _begin(self) -> list[Effect]:
         profile = self.sink.check_supported()
@@ -263,28 +132,28 @@ class CoordinatorService:
             log.info("%s is written through Delta's writer (%s)", self.cfg.table_path,
                      "; ".join(profile.slow_path_reasons()))
         self._watch_retention(profile)
-        recovered = self._recover()
+        recovered = self.offsets.recover(self.sink)
         # before the claim, so that offset.reset.policy=fail stops with the table untouched; every START checks too
-        sources = set(self._source_topics())
-        self.check_offsets({tp: o for tp, o in recovered.offsets.items() if tp[0] in sources}, recovered.topic_ids)
+        sources = set(self.offsets.source_topics())
+        self.offsets.check({tp: o for tp, o in recovered.offsets.items() if tp[0] in sources}, recovered.topic_ids)
         try:
-            epoch = self.sink.claim_epoch(recovered, recover=self._recover)
+            epoch = self.sink.claim_epoch(recovered, recover=lambda: self.offsets.recover(self.sink))
         except CommitError as exc:
             raise self._abandon(recovered.epoch + 1, 0, "the epoch claim (txn 0)", exc,
                                 permanent=classify(exc) is Failure.PERMANENT, retried=False) from exc
         if recovered.table_version is not None:
             recovered = self.sink.recover()  # what the claim committed: newer if a commit overtook our recovery
         self.stats.claims += 1
-        self._last_commit_at = time.monotonic()
+        self._last_commit_at = self.clock.monotonic()
         if recovered.table_version is not None and recovered.version is not None:
             self._last_committed = (recovered.table_version, recovered.version, dict(recovered.offsets))
         self._table_known = recovered.table_version is not None
         log.info("coordinator of %s: epoch %d, committed offsets %s", self.cfg.name, epoch, _fmt(recovered.offsets))
         self._sweep()
         self.state = CoordinatorState(self.cfg.name, self.clock, self.cfg.transaction_interval_ms,
-                                      self.cfg.coordinator_writestatus_timeout_ms, self.partitions,
-                                      self.check_offsets,
-                                      self.ends if self.cfg.kafka_auto_offset_reset == "latest" else None,
+                                      self.cfg.coordinator_writestatus_timeout_ms,
+                                      lambda: self.offsets.partitions(self.state), self.offsets.check,
+                                      self.offsets.ends if self.cfg.kafka_auto_offset_reset == "latest" else None,
                                       max_records=self.cfg.commit_max_records, max_bytes=self.cfg.commit_max_bytes,
                                       read_backlogs_whole=self.cfg.write_mode != "append")
         return self.state.begin(epoch, recovered.offsets, topic_ids=recovered.topic_ids)
@@ -302,21 +171,11 @@ class CoordinatorService:
                         "files first and reads a partition's records again when one is gone", self.cfg.table_path,
                         retention, window_s)
 
-    def _recover(self):
-        """The committed offsets, after the table's history is checked (connector/table/history.py): a connector
-        with no offsets in a table holding another's of its topics (rename.policy), a RESTORE that took rows of its
-        commits away (restore.policy: stop, or the offsets to read again from, which the claim then commits). Before
-        the claim, which would hide both."""
-        recovered = self.sink.recover()
-        history.check_rename(self.sink, recovered, self._source_topics(), self.cfg.rename_policy,
-                             self.cfg.kafka_auto_offset_reset)
-        return history.check_restore(self.sink, recovered, self.cfg.restore_policy)
-
     def run(self, stop: threading.Event) -> None:
         if self.drain is None:
             run_until_stopped(self, stop)
             return
-        self._stop = stop
+        self.stop = stop
         self.open()
         try:
             while not stop.is_set() and not self._drained:
@@ -331,6 +190,8 @@ class CoordinatorService:
         """A graceful stop: END the txn in flight now, however young, and commit it; the START that would follow
         its outcome is not sent (`_execute`), and the loop ends there."""
         self._draining = True
+        if self.stop is not None:
+            self.spark.give_up_when(self.stop)
         state = self.state
         if state is None or state.fenced or self._retry_at is not None:
             log.info("stopping: no transaction to commit first (%s)", "a failed commit waits for its retry"
@@ -342,8 +203,8 @@ class CoordinatorService:
         self._execute(state.end_now())
 
     def step(self, timeout_s: float = 0.1) -> None:
-        if self._spark_error is not None:
-            raise self._spark_error
+        if self.spark.error is not None:
+            raise self.spark.error
         effects: list[Effect] = []
         if self._retry_at is not None and self._retry_at.expired():
             self._retry_at = None
@@ -364,7 +225,7 @@ class CoordinatorService:
                         self.cfg.coordinator_writestatus_timeout_ms)
         self._execute(effects)
         self._upkeep_step()
-        self._report_wait()
+        self.progress.waiting(self.state)
         self.metrics.beat("coordinator")
         if self.state.fenced:
             raise FencedError(f"a coordinator of a newer epoch than {self.state.epoch} is running for "
@@ -383,7 +244,7 @@ class CoordinatorService:
         upkeep = self._upkeep
         if upkeep.busy:
             return
-        self._publish_upkeep()
+        self.progress.publish_upkeep()
         if upkeep.due() and self._table_known and not self._draining:
             profile = self.sink.last_profile or self.sink.profile()
             columns = profile.partition_columns if profile is not None else ()
@@ -391,78 +252,15 @@ class CoordinatorService:
                 upkeep.start(columns)
             elif self._between_rounds():
                 upkeep.run(columns)
-                self._publish_upkeep()
-
-    def _publish_upkeep(self) -> None:
-        done = self._upkeep.last_compaction
-        if done is not None and done is not self._compaction_seen:
-            self._compaction_seen = done
-            self.metrics.compactions.inc(done.partitions > 0)
-            self.metrics.compaction_deferred.inc(done.deferred is not None)
-            self.metrics.compaction_files_removed.inc(done.files_removed)
-            self.metrics.compaction_files_added.inc(done.files_added)
-            self.metrics.compaction_bytes.inc(done.bytes_rewritten)
-            self.metrics.compaction_duration.set(done.duration_s)
-        if self._upkeep.last_vacuum is not None:
-            self.metrics.vacuum_last.set(self._upkeep.last_vacuum["at"])
-        stats = self._upkeep.stats
-        if stats is not None:
-            self.metrics.table_files.set(stats.files)
-            self.metrics.table_small_files.set(stats.small_files)
-            self.metrics.table_bytes.set(stats.bytes)
-        if self._upkeep.checkpoint_version is not None:
-            self.metrics.checkpoint_version.set(self._upkeep.checkpoint_version)
-
-    def _upkeep_view(self) -> dict | None:
-        """The table's files and upkeep as its upkeep last saw them, for PROGRESS (and so `lakesink status`)."""
-        upkeep, stats = self._upkeep, self._upkeep.stats
-        if stats is None and upkeep.last_vacuum is None:
-            return None
-        return {"files": None if stats is None else stats.files,
-                "small_files": None if stats is None else stats.small_files,
-                "bytes": None if stats is None else stats.bytes, "checkpoint_version": upkeep.checkpoint_version,
-                "last_compaction": None if upkeep.last_compaction is None else upkeep.last_compaction.describe(),
-                "last_vacuum": upkeep.last_vacuum}
-
-    def _report_wait(self) -> None:
-        """Once a txn has waited longer than an interval for write statuses: a WARNING per interval naming the
-        partitions and who holds them, and the same in /health and the metrics."""
-        waiting, ended_at = self.state.waiting_for, self.state.ended_at
-        interval_s = self.cfg.transaction_interval_ms / 1000
-        now = self.clock.monotonic()
-        if not waiting or ended_at is None or now - ended_at < interval_s:
-            self.metrics.set_waiting(None)
-            self._wait_warned_at = None
-            return
-        waited = now - ended_at
-        held = {tp: self.state.owner_of(tp) for tp in sorted(waiting)}
-        self.metrics.set_waiting({"epoch": self.state.epoch, "txn": self.state.txn, "waiting_s": round(waited, 1),
-                                  "partitions": [{"topic": t, "partition": p, "worker": w}
-                                                 for (t, p), w in held.items()]})
-        if self._wait_warned_at is not None and now - self._wait_warned_at < interval_s:
-            return
-        self._wait_warned_at = now
-        log.warning("txn %d of epoch %s has waited %.1f s since its END-COMMIT for the write status of %s; it is "
-                    "discarded after coordinator.writestatus.timeout.ms=%d", self.state.txn, self.state.epoch,
-                    waited, ", ".join(f"{t}-{p} ({f'worker {w}' if w else 'no worker announced it'})"
-                                      for (t, p), w in held.items()),
-                    self.cfg.coordinator_writestatus_timeout_ms)
-
-    @property
-    def _admin(self) -> AdminClient:
-        if self._admin_client is None:
-            self._admin_client = AdminClient(self._kafka.config("admin"))
-        return self._admin_client
+                self.progress.publish_upkeep()
 
     def close(self) -> None:
         """Release every Kafka client: one left alive after its broker stopped keeps reconnecting (and logging);
         and let a Delta checkpoint being written after the last commit finish, for a few seconds at most."""
         self._upkeep.stop()
         self.sink.close(CHECKPOINT_CLOSE_S)
-        self._admin_client = None
-        if self._dlq is not None:
-            self._dlq.close()
-            self._dlq = None
+        self.offsets.close()
+        self._dead_letters.close()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -482,9 +280,7 @@ class CoordinatorService:
                     continue
                 if isinstance(effect.message, StartCommit):
                     effect = self._with_new_table_schema(effect, queue)
-                    self._txn_started[(effect.message.epoch, effect.message.txn)] = time.monotonic()
-                    for key in sorted(self._txn_started)[:-2]:
-                        del self._txn_started[key]
+                    self.progress.started(effect.message.epoch, effect.message.txn)
                     logs.bind(epoch=effect.message.epoch, txn=effect.message.txn)
                 self._channel.send(effect.message)
                 log.debug("sent %s epoch %d txn %d", type(effect.message).__name__, effect.message.epoch,
@@ -508,7 +304,7 @@ class CoordinatorService:
         return start if schema is None else Send(replace(start.message, schema=schema_to_text(schema)))
 
     def _commit(self, c: Commit) -> list[Effect]:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         if not any(f.rows for s in c.statuses for f in s.files) and c.offsets == self.state.committed_offsets \
                 and not self._txn_refresh_due():
             return self.state.on_commit_skipped()
@@ -522,7 +318,7 @@ class CoordinatorService:
         except FencedError:
             return self._after_fence()
         except (LakesinkError, OSError) as exc:  # OSError: the write-ahead manifest could not be written
-            stopped = _caused_by(exc, _StoppedBeforeSpark)
+            stopped = _caused_by(exc, StoppedBeforeSpark)
             if stopped is not None:  # the sink wraps what its Spark factory raised
                 log.warning("txn %d of epoch %d is not committed: %s (nothing is lost: a restart reads it again)",
                             c.txn, c.epoch, stopped)
@@ -531,13 +327,13 @@ class CoordinatorService:
             return self._on_commit_failed(c, exc)
         fault_point("coordinator.after-delta-commit")
         if result.skipped_empty:
-            self._observe_dead_letters(c, 0, sum(st.records_dead_lettered for st in c.statuses))
+            self.progress.dead_letters(c, 0, sum(st.records_dead_lettered for st in c.statuses))
             return self.state.on_commit_skipped()
         self._table_known = True
         self._retries.succeeded()
         if result.table_version is not None:
             self._last_committed = (result.table_version, c.version, dict(c.offsets))
-        duration = time.monotonic() - started
+        duration = self.clock.monotonic() - started
         effects = self.state.on_committed(result.table_version, c.offsets)
         self._after_commit(c, result, duration)
         return effects
@@ -552,10 +348,10 @@ class CoordinatorService:
         current = self.sink.table_version()
         if current is None or current <= table_version:
             return
-        found = history.restored(self.sink, current, version)
+        found = history.restored(self.sink.recovery, current, version)
         if found is not None:
             raise TableHistoryError(
-                f"{history.describe(self.sink, found, version, offsets)}. It happened while the coordinator was "
+                f"{history.describe(self.sink.recovery, found, version, offsets)}. It happened while the coordinator was "
                 f"running: it stops before committing anything more; start it again to apply restore.policy="
                 f"{self.cfg.restore_policy} (fail: stop and say so; reread: read those records again)")
 
@@ -599,7 +395,7 @@ class CoordinatorService:
         """Delete lakesink's files that no table version references (connector/table/sweep.py), then again after
         half of orphan.files.retention.ms (at most hourly). A failure is logged: the next sweep tries again."""
         retention_s = self.cfg.orphan_files_retention_ms / 1000
-        self._sweep_due = time.monotonic() + min(max(retention_s / 2, 10.0), 3600.0)
+        self._sweep_due = self.clock.monotonic() + min(max(retention_s / 2, 10.0), 3600.0)
         try:
             result = sweep(self.sink, retention_s)
         except Exception as exc:  # noqa: BLE001 - housekeeping never stops the connector
@@ -613,7 +409,7 @@ class CoordinatorService:
         older than that: then an empty commit refreshes the connector's txn before it can expire."""
         profile = self.sink.last_profile
         refresh_s = profile.txn_refresh_s() if profile is not None else None
-        return self._table_known and refresh_s is not None and time.monotonic() - self._last_commit_at >= refresh_s
+        return self._table_known and refresh_s is not None and self.clock.monotonic() - self._last_commit_at >= refresh_s
 
     def _on_commit_failed(self, c: Commit, exc: BaseException) -> list[Effect]:
         """A permanent failure, or transient ones for write.retry.timeout.ms since the first: stop. Otherwise
@@ -685,121 +481,36 @@ class CoordinatorService:
         return self._begin()
 
     def _after_commit(self, c: Commit, result: CommitResult, duration_s: float) -> None:
-        self._last_commit_at = time.monotonic()
-        record = CommitRecord(c.epoch, c.txn, result.table_version, result.rows, result.bytes, result.files,
-                              duration_s, dict(c.offsets))
-        self.stats.commits.append(record)
-        del self.stats.commits[:-100]
+        self._last_commit_at = self.clock.monotonic()
+        self.progress.record(c, result, duration_s)
         self.sink.prune_manifests()
-        if time.monotonic() >= self._sweep_due:
+        if self.clock.monotonic() >= self._sweep_due:
             self._sweep()
         self._upkeep.committed(result.files)
-        self.metrics.txn_committed.inc()
-        self.metrics.commit_duration.observe(duration_s)
-        if result.table_version is not None:
-            self.metrics.table_version.set(result.table_version)
-        self.metrics.mark_commit()
-        self.metrics.offset_resets.inc(len(c.resets))
-        self.metrics.offset_reset_skipped.inc(sum(r.skipped for r in c.resets))
-        txn_s = None
-        if (c.epoch, c.txn) in self._txn_started:
-            txn_s = time.monotonic() - self._txn_started[(c.epoch, c.txn)]
-        lags = lag(c.offsets, list_offsets(self._admin, c.offsets, timeout_s=2.0))
-        payload = {"table": self.cfg.target_table_name, "txn": c.txn, "epoch": c.epoch, "ended_by": c.ended_by,
-                   "table_version": result.table_version, "rows": result.rows, "bytes": result.bytes,
-                   "files": result.files, "commit_duration_s": round(duration_s, 3),
-                   "txn_duration_s": None if txn_s is None else round(txn_s, 3),
-                   "rows_per_s": round(result.rows / txn_s, 1) if txn_s else None,
-                   "records_failed": sum(st.records_failed for st in c.statuses),
-                   "records_dead_lettered": sum(st.records_dead_lettered for st in c.statuses) + result.dead_lettered,
-                   "rows_rejected_by_constraints": result.dead_lettered,
-                   "lag": sum(v for v in lags.values() if v is not None),
-                   "offsets_skipped": sum(r.skipped for r in c.resets),
-                   "offset_resets": [{"topic": r.topic_partition[0], "partition": r.topic_partition[1],
-                                      "from": r.committed, "to": r.offset, "low": r.low, "high": r.high,
-                                      "skipped": r.skipped,
-                                      **({"old_topic_id": r.recreated[0], "topic_id": r.recreated[1]}
-                                         if r.recreated else {})} for r in c.resets],
-                   "offsets": [{"topic": t, "partition": p, "offset": o, "lag": lags.get((t, p))}
-                               for (t, p), o in sorted(c.offsets.items())]}
-        upkeep = self._upkeep_view()
-        if upkeep is not None:
-            payload["upkeep"] = upkeep
-        log.info("committed txn %d epoch %d: %d rows (%d bytes) in %d files, table version %s, commit %.2f s, "
-                 "txn %s s (ended by %s), %s rows/s, lag %d (%s)", c.txn, c.epoch, result.rows, result.bytes,
-                 result.files, result.table_version, duration_s, payload["txn_duration_s"], c.ended_by,
-                 payload["rows_per_s"], payload["lag"],
-                 ", ".join(f"{t}-{p}@{o} lag {lags.get((t, p))}" for (t, p), o in sorted(c.offsets.items())))
-        for reset in c.resets:
-            log.warning("txn %d committed the offset reset of %s", c.txn, reset.describe())
-        self._observe_dead_letters(c, result.rows, payload["records_dead_lettered"])
-        self._channel.send(Progress(self.cfg.name, c.epoch, c.txn, payload=payload))
-
-    def _observe_dead_letters(self, c: Commit, rows: int, dead_lettered: int) -> None:
-        """Count a txn that had records and dead-lettered them all (connector.metrics.DeadLetterStreak); at
-        health.deadletter.transactions in a row, /health turns degraded and a WARNING says so, once per streak."""
-        streak = self.metrics.dead_letters
-        before = streak.transactions
-        self.metrics.observe_txn(rows, dead_lettered, c.epoch, c.txn)
-        threshold = self.cfg.health_deadletter_transactions
-        if threshold <= 0:
-            return
-        if before < threshold <= streak.transactions:
-            log.warning("the last %d transactions dead-lettered every record (%d records since txn %d of epoch %d), "
-                        "none reached %s: /health is degraded until a record does (a source schema change with "
-                        "schema.evolution=false? the dead-letter records' __connect.errors.exception.message says "
-                        "why)", streak.transactions, streak.records, streak.since[1], streak.since[0],
-                        self.cfg.table_path)
-        elif before >= threshold and streak.transactions == 0:
-            log.info("txn %d brought rows to %s again after %d transactions of dead letters only: /health is no "
-                     "longer degraded", c.txn, self.cfg.table_path, before)
+        self._channel.send(self.progress.report(c, result, duration_s))
 
 
-    def _dead_letter(self, violations) -> None:
-        """Rows the table's constraints reject: their original records, read back from Kafka, go to the
-        dead-letter topic with the constraint's name and expression in their headers. Returns once the broker
-        has acknowledged every one (the commit that skips them follows); raises CommitError otherwise."""
-        from connector.kafka.deadletter import DeadLetterProducer
-        from connector.kafka.refetch import fetch
-
-        cfg = self.cfg
-        coordinates = [(v.topic, v.partition, v.offset) for v in violations if v.offset is not None]
-        try:
-            originals = fetch(self._kafka, coordinates) if coordinates else {}
-            if self._dlq is None:
-                self._dlq = DeadLetterProducer(self._kafka, cfg.errors_deadletterqueue_topic_name)
-            for v in violations:
-                record = originals.get((v.topic, v.partition, v.offset))
-                self._dlq.produce(record.key if record else None, record.value if record else v.row.encode(),
-                                  [*(record.headers if record else []), *self._violation_headers(v, record)],
-                                  (record.timestamp_ms or 0) if record else 0)
-            self._dlq.confirm()
-        except LakesinkError as exc:
-            raise CommitError(f"rows rejected by the table's constraints were not dead-lettered ({exc}); the txn is "
-                              f"not committed") from exc
-        self.metrics.dlq_produced.inc(len(violations))
-
-    def _violation_headers(self, v, record) -> list[tuple[str, bytes]]:
-        headers = [("__lakesink.errors.constraint.name", v.constraint.name.encode()),
-                   ("__lakesink.errors.constraint.expression", v.constraint.expression.encode())]
-        if not self.cfg.errors_deadletterqueue_context_headers_enable:
-            return headers
-        headers += [("__connect.errors.connector.name", self.cfg.name.encode()),
-                    ("__connect.errors.exception.class.name", b"ConstraintViolation"),
-                    ("__connect.errors.exception.message",
-                     f"{v.where()} violates the {v.constraint.name} constraint ({v.constraint.expression}) of "
-                     f"{self.cfg.table_path}".encode("utf-8", "replace")[:4096])]
-        if record is not None:
-            headers += [("__connect.errors.topic", record.topic.encode()),
-                        ("__connect.errors.partition", str(record.partition).encode()),
-                        ("__connect.errors.offset", str(record.offset).encode())]
-        return headers
+def build_coordinator(cfg: LakesinkConfig, clock: Clock | None = None, spark_factory=None,
+                      metrics: Metrics | None = None, sink=None, channel: ControlChannel | None = None
+                      ) -> CoordinatorService:
+    """A coordinator of `cfg` with its real collaborators (a test gives its own `sink` and `channel`);
+    `spark_factory`: its Spark session, when it is to share one (build_spark otherwise)."""
+    metrics = metrics or Metrics()
+    store = Store.for_config(cfg)
+    kafka = KafkaClients.of(cfg)
+    spark = SparkWarmUp(spark_factory or (lambda: build_spark(cfg, cfg.write_mode != "append")))
+    dead_letters = ConstraintDeadLetters(cfg, kafka, metrics)
+    if sink is None:
+        sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
+                              spark_factory=spark.session, errors_tolerance=cfg.errors_tolerance,
+                              dead_letter=dead_letters.send, store=store, upsert=UpsertSpec.from_config(cfg))
+    return CoordinatorService(cfg, store, sink, kafka, spark, dead_letters, clock or SystemClock(), metrics, channel)
 
 
 def build_spark(cfg: LakesinkConfig, data_jobs: bool):
-    """The coordinator's Spark session (connector/spark.py), with the table store's S3 settings; `data_jobs`: it
+    """The coordinator's Spark session (connector/jvm/spark.py), with the table store's S3 settings; `data_jobs`: it
     runs MERGEs over rows."""
-    from connector.spark import get_spark
+    from connector.jvm.spark import get_spark
 
     store = Store.for_config(cfg)
     conf = {f"spark.hadoop.{k}": v for k, v in store.s3.hadoop_conf().items()} if store.root.is_s3 else {}

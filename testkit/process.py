@@ -11,7 +11,7 @@ from pathlib import Path
 
 def s3_settings(server, prefix: str) -> dict:
     """The properties that put a connector's tables under s3://<bucket>/<prefix>/tables on `server` (a
-    connector.storage.local_s3.LocalS3)."""
+    connector.local.s3.LocalS3)."""
     return {"target.base.path": f"s3://{server.bucket}/{prefix}/tables", "s3.endpoint": server.endpoint,
             "s3.path.style.access.enabled": "true", "aws.access.key.id": server.access_key,
             "aws.secret.access.key": server.secret_key}
@@ -43,7 +43,7 @@ def pipeline_config(tmp_path, bootstrap: str, topic: str, s3=None, **extra) -> P
 
 def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -> Path:
     """Short transactions and timeouts, and a consumer group that notices a killed worker within seconds."""
-    from connector.spark import DRIVER_JAVA_OPTIONS
+    from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
     settings = {
         "transaction.interval.ms": 1000,
@@ -109,3 +109,11 @@ def process_state(pid: int) -> str | None:
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def write_config(path, **overrides) -> Path:
+    """A .properties file for a test run; keyword `a_b_c=v` sets key `a.b.c`."""
+    lines = [f"{k.replace('_', '.') if '.' not in k else k}={v}" for k, v in overrides.items()]
+    p = Path(path)
+    p.write_text("\n".join(lines) + "\n")
+    return p

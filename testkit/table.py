@@ -31,6 +31,8 @@ def lakesink_commits(table) -> list[tuple[int, int, int, str]]:
     log files themselves. delta-rs's `history()` numbers its entries downwards from the version its snapshot was
     loaded at but reads commits the store has now: while a coordinator commits, every entry it returns can carry
     the wrong version."""
+    from connector.table.state import read_commit_metadata
+
     store = _store(table)
     out = []
     for info in store.list("_delta_log"):
@@ -38,9 +40,8 @@ def lakesink_commits(table) -> list[tuple[int, int, int, str]]:
         if not (name.endswith(".json") and name[:-5].isdigit()):
             continue
         for line in (store.read_bytes(f"_delta_log/{name}") or b"").splitlines():
-            meta = json.loads(line).get("commitInfo", {}).get("userMetadata")
-            lakesink = json.loads(meta).get("lakesink") if meta and meta.startswith("{") else None
-            if isinstance(lakesink, dict):
+            lakesink = read_commit_metadata(json.loads(line).get("commitInfo", {}).get("userMetadata"))
+            if lakesink is not None:
                 out.append((int(name[:-5]), lakesink["epoch"], lakesink["txn"], lakesink["instance"]))
     return sorted(out)
 
@@ -61,7 +62,7 @@ def table_offsets(table) -> list[tuple[str, int, int]]:
     dt = open_table(table)
     if dt is None:
         return []
-    from connector.app.verify import read_columns
+    from connector.app.verify_table import read_columns
 
     data = read_columns(dt, ["_kafka_topic", "_kafka_partition", "_kafka_offset"])  # deletion vectors applied
     return list(zip(data.column(0).to_pylist(), data.column(1).to_pylist(), data.column(2).to_pylist()))

@@ -6,6 +6,10 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
+# How long a test waits for lakesink to take in what it produced: a deadline that only a failing run reaches, so one
+# value for the suite (the longest any test had set for itself).
+DRAIN_S = 240
+
 
 def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.2) -> T:
     """Poll `predicate` until it returns something truthy; fail with a clear message at the deadline."""

@@ -1,7 +1,7 @@
-"""Session-wide real infrastructure: one Kafka broker, one S3 server, one schema registry, one SparkSession and one
-standalone Spark cluster per test session (each started only when a test asks for it). Under pytest-xdist
-(`make test` runs two) each worker process is a session of its own, with its own servers: tests that restart the
-broker never disturb another worker's tests."""
+"""Session-wide real infrastructure: one Kafka broker, one S3 server, one schema registry, one PostgreSQL server, one
+SparkSession and one standalone Spark cluster per test session (each started only when a test asks for it). Under
+pytest-xdist (`make test` runs two) each worker process is a session of its own, with its own servers: tests that
+restart the broker never disturb another worker's tests."""
 from __future__ import annotations
 
 import os
@@ -17,7 +17,7 @@ def kafka_broker(tmp_path_factory):
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield None
         return
-    from connector.kafka.local import LocalKafka
+    from connector.local.kafka import LocalKafka
 
     broker = LocalKafka(tmp_path_factory.mktemp("kafka"), heap="768m")
     broker.start()
@@ -28,7 +28,7 @@ def kafka_broker(tmp_path_factory):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """The LocalS3 (SeaweedFS) of this session, with its bucket."""
-    from connector.storage.local_s3 import LocalS3
+    from connector.local.s3 import LocalS3
 
     from botocore.exceptions import ClientError
 
@@ -65,6 +65,45 @@ def schema_registry(tmp_path_factory):
     registry.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """The LocalPostgres of this session (connector/local/postgres.py): PostgreSQL from Debian's package on a free
+    port, `wal_level=logical`, its superuser trusted on 127.0.0.1; a test makes its own tables (or database)."""
+    from connector.local.postgres import LocalPostgres
+
+    server = LocalPostgres()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_connect(kafka_bootstrap, postgres, tmp_path):
+    """`make_connect(tables, schemas_enable=True, settings=None)`: a started Kafka Connect worker
+    (connector/local/connect.py) on the session's broker whose Debezium PostgreSQL connector captures `tables`
+    (schema.table) of the session's PostgreSQL into topics `<topic_prefix>.<schema>.<table>`, its prefix, slot and
+    publication named anew for each worker; `settings` override the connector's (`debezium_settings`). Its topic
+    prefix is `.connector["topic.prefix"]`. Every worker is stopped, and its slot dropped, at the end."""
+    from connector.local.connect import LocalConnect, debezium_settings
+
+    workers: list[LocalConnect] = []
+
+    def make(tables: list[str], schemas_enable: bool = True, settings: dict[str, str] | None = None) -> LocalConnect:
+        name = f"mirror_{uuid.uuid4().hex[:10]}"
+        connector = {**debezium_settings(postgres, name, name.replace("_", "-"), tables), **(settings or {})}
+        worker = LocalConnect(tmp_path / name, kafka_bootstrap, postgres, connector, schemas_enable=schemas_enable)
+        workers.append(worker)
+        return worker.start()
+
+    yield make
+    for worker in workers:
+        worker.stop()
+        postgres.wait_slot_inactive(worker.slot)
+        postgres.sql(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     f"WHERE slot_name = '{worker.slot}'")
+        postgres.sql(f'DROP PUBLICATION IF EXISTS "{worker.slot}"')
+
+
 @pytest.fixture(params=["local", "s3"])
 def storage(request):
     """Where a test's table lives: None for a local directory, the session's LocalS3 for an S3 prefix. A test that
@@ -76,7 +115,7 @@ def storage(request):
 def spark_cluster(tmp_path_factory):
     """A standalone Spark cluster (a master and one worker of 1 core) on 127.0.0.1; run a driver on it in a process
     of its own (one Python process holds one SparkContext, the `spark` fixture's) with its `driver_conf()`."""
-    from connector.spark_cluster import LocalSparkCluster
+    from connector.local.spark_cluster import LocalSparkCluster
 
     with LocalSparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
         yield cluster
@@ -109,7 +148,7 @@ def make_topic(admin):
 
 @pytest.fixture(scope="session")
 def spark():
-    from connector.spark import get_spark
+    from connector.jvm.spark import get_spark
 
     # The quick JIT, as a coordinator that runs no MERGEs gets it: the full one (data_jobs) made
     # tests/integration/test_merge.py alone faster (238 s -> 165 s), but with test_table_features.py in two xdist
@@ -129,6 +168,15 @@ def spark():
 @pytest.fixture
 def table_path(tmp_path) -> Path:
     return tmp_path / f"table_{uuid.uuid4().hex[:8]}"
+
+
+def pytest_configure(config):
+    """The time per test file, printed beside pytest's --durations (testkit/durations.py); in the controlling process
+    only, which the reports of pytest-xdist's workers reach."""
+    if not hasattr(config, "workerinput"):
+        from testkit.durations import FileDurations
+
+        config.pluginmanager.register(FileDurations(), "lakesink-file-durations")
 
 
 _FIGURES: list[str] = []

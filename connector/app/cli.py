@@ -18,10 +18,10 @@ def _say(text: str = "", file=None) -> None:
 
 
 def _cmd_deps(args) -> int:
-    from connector import jars, jvm_archive
+    from connector.jvm import class_archive, jars
     from connector.local import registry as local_registry
 
-    for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars):
+    for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars, jars.connect_jars):
         found = bundle()
         print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
     print(f"logstore_jar: {jars.logstore_jar()}")
@@ -30,7 +30,7 @@ def _cmd_deps(args) -> int:
         print(f"local schema registry: not built ({how})")
     else:
         print(f"local schema registry: {registry} ({how}, {registry.stat().st_size // 2**20} MB)")
-    archive, how = jvm_archive.build()
+    archive, how = class_archive.build()
     if archive is None:
         print(f"class archive of the Spark driver: not built ({how}); coordinators start without it, slower")
     else:
@@ -39,14 +39,14 @@ def _cmd_deps(args) -> int:
 
 
 def _cmd_kafka(args) -> int:
-    from connector.kafka.local import DETACHED
+    from connector.local.kafka import DETACHED
 
     return _cmd_server(args, DETACHED, "Kafka broker", lambda st: f"bootstrap.servers={st.bootstrap}",
                        lambda st: st.bootstrap)
 
 
 def _cmd_s3(args) -> int:
-    from connector.storage.local_s3 import DETACHED
+    from connector.local.s3 import DETACHED
 
     return _cmd_server(args, DETACHED, "S3 server", lambda st: f"s3.endpoint={st.endpoint} bucket={st.bucket}",
                        lambda st: st.endpoint, lambda st: f" aws.access.key.id={st.access_key}")
@@ -60,7 +60,8 @@ def _cmd_registry(args) -> int:
 
 
 def _cmd_server(args, server, noun: str, where, address, extra=lambda st: "") -> int:
-    """`lakesink kafka|s3 start|stop|status`: the detached server `server` (connector.processes.DetachedServer)."""
+    """`lakesink kafka|s3 start|stop|status`: the detached server `server`
+    (connector.local.processes.DetachedServer)."""
     if args.action == "start":
         st = server.start(args.port, args.timeout)
         print(f"{noun} running: {where(st)}{extra(st)} (pid {st.pid}, data in {st.data_dir})")
@@ -77,6 +78,10 @@ def _cmd_server(args, server, noun: str, where, address, extra=lambda st: "") ->
 def _cmd_demo(args) -> int:
     from connector.app import demo
 
+    if args.cdc:
+        from connector.app.cdc_demo import run_cdc_demo
+
+        return run_cdc_demo(seconds=args.seconds, verbose=args.verbose)
     return demo.run_demo(records=args.records, partitions=args.partitions, keep_broker=args.keep_broker,
                          verbose=args.verbose, s3=args.s3, fmt=args.format)
 
@@ -91,7 +96,10 @@ def _load(args):
 
 
 def _cmd_run(args) -> int:
-    from connector.logs import setup_for
+    import faulthandler
+    import signal
+
+    from connector.observe.logs import setup_for
     from connector.app.service import run_roles
 
     cfg = _load(args)
@@ -101,6 +109,8 @@ def _cmd_run(args) -> int:
         follow_parent(args.parent)
         cfg = cfg.for_task(args.task)
     setup_for(cfg, verbose=args.verbose)
+    faulthandler.enable()  # a crash in a native library prints every thread's Python stack to stderr
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: the same stacks; it runs on
     return run_roles(cfg, coordinator=args.command in ("run", "coordinator"), worker=args.command in ("run", "worker"),
                      timeout_s=args.max_seconds, config_path=args.config, verbose=args.verbose)
 
@@ -293,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; for demo, also the output of Kafka, Spark and the JVM (else in a file)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("deps", help="fetch the Kafka and Delta jars from Maven Central into the cache and build "
+    p = sub.add_parser("deps", help="fetch the Kafka, Delta and Kafka Connect + Debezium jars from Maven Central "
+                                    "into the cache and build "
                                     "the Spark driver's class archive and the local schema registry (once)")
     p.set_defaults(func=_cmd_deps)
 
@@ -356,6 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("json", "avro", "protobuf"), default="json",
                    help="the events' format: avro and protobuf are written by confluent-kafka's serializer against a "
                         "local schema registry started for the demo, and read with value.converter=<format>")
+    p.add_argument("--cdc", action="store_true", help="mirror a PostgreSQL database instead: a local PostgreSQL, "
+                   "Debezium's PostgreSQL connector on a Kafka Connect worker, lakesink in upsert mode with ${topic} "
+                   "routing; a workload of inserts, updates and deletes, then each table compared with its Delta "
+                   "table")
+    p.add_argument("--seconds", type=float, default=60.0, help="with --cdc: how long the workload runs (default 60)")
     p.set_defaults(func=_cmd_demo)
     return parser
 
@@ -364,11 +380,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.func is not _cmd_run:  # the roles log as log.format / log.level say, once the config is read
-        from connector.logs import TextFormatter
+        from connector.observe.logs import TextFormatter
 
         handler = logging.StreamHandler()
         handler.setFormatter(TextFormatter())  # secrets scrubbed, as in the roles' lines
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
+    code = _dispatch(args)
+    if args.func is _cmd_run:
+        # A stopped service may still hold threads in native code: the Spark session its coordinator was building
+        # when it stopped, a Kafka client's, Delta's. Finalising the interpreter under them can crash the process
+        # (SIGSEGV instead of the exit code); everything it must keep is written, so it leaves without finalising.
+        from connector.app.service import hard_exit
+
+        hard_exit(code)
+    return code
+
+
+def _dispatch(args) -> int:
+    """The command's exit code: 2 for a configuration error, 1 for a failure, with one line on stderr."""
     try:
         return args.func(args)
     except ConfigError as exc:

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from connector import jars
-from connector.kafka.local import LocalKafka
+from connector.jvm import jars
+from connector.local.kafka import LocalKafka
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def _third_party_output_to(path: Path | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    from connector.logs import setup_logging
+    from connector.observe.logs import setup_logging
 
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
@@ -160,10 +160,11 @@ def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float
               fmt: str) -> int:
     from connector import secrets
     from connector.config import config_from_dict
-    from connector.app.service import Roles, install_signal_handlers
+    from connector.app.roles import Roles
+    from connector.app.service import install_signal_handlers
     from connector.local.registry import LocalRegistry
-    from connector.storage.local_s3 import LocalS3
-    from coordinator.service import CoordinatorService
+    from connector.local.s3 import LocalS3
+    from coordinator.service import build_coordinator
     from participant.worker import Worker
 
     root = demo_dir()
@@ -195,7 +196,7 @@ def _run_demo(records: int, partitions: int, keep_broker: bool, timeout_s: float
             "coordinator.writestatus.timeout.ms": "30000", "partition.field.name": "kind", **target, **converter,
         })
         secrets.protect(cfg)  # the local S3 server's secret, with --s3
-        coordinator, worker = CoordinatorService(cfg), Worker(cfg)
+        coordinator, worker = build_coordinator(cfg), Worker(cfg)
         roles = Roles()
         install_signal_handlers(roles.stop)
         roles.add("coordinator", coordinator.run)
@@ -232,7 +233,7 @@ def _summarise(coordinator, table_path: str, records: int) -> int:
 
     from connector.storage.store import Location
 
-    spark = coordinator._spark_factory()  # the coordinator's session: it carries the S3A settings of an S3 table
+    spark = coordinator.spark.factory()  # the coordinator's session: it carries the S3A settings of an S3 table
     location = Location.parse(table_path)
     df = spark.read.format("delta").load(location.spark_path)
     rows = df.count()

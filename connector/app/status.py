@@ -1,7 +1,7 @@
 """`lakesink status`: what the control topic and the table say about a connector, and its live lag.
 
 Read-only throughout: the control topic's recent tail (no topic created, no group joined), the table through
-`DeltaTableSink.recover` (which leaves every manifest alone), watermarks through the AdminClient. Nothing here
+`Recovery.recover` (connector/table/recovery.py: it leaves every manifest alone), watermarks through the AdminClient. Nothing here
 needs Spark.
 
 A connector that writes several tables is shown table by table, each as the pipeline its configuration gives it
@@ -25,7 +25,7 @@ from connector.protocol.channel import read_tail
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, SetupError
 from connector.kafka.clients import KafkaClients, check_connection
-from connector.metrics import DeadLetterStreak
+from connector.observe.metrics import DeadLetterStreak
 from connector.protocol.messages import (
     AckCommit,
     Assignment,
@@ -39,7 +39,7 @@ from connector.protocol.messages import (
 )
 from connector.storage.store import Store
 from connector.routing import plan
-from connector.table.sink import DeltaTableSink
+from connector.table.recovery import Recovery
 from connector.kafka.watermarks import lag, list_offsets
 
 TAIL = 2000
@@ -163,16 +163,16 @@ def collect(cfg: LakesinkConfig, refusal: Callable[[KafkaClients], str | None] =
     if waiting is not None:
         out["problems"].append(waiting)
 
-    sink = DeltaTableSink(cfg.table_path, cfg.name, store=Store.for_config(cfg))
+    recovery = Recovery.of(Store.for_config(cfg), cfg.table_path, cfg.name)
     committed: dict = {}
     table: dict[str, Any] = {"exists": False}
     try:
-        rec = sink.recover()  # read-only
+        rec = recovery.recover()  # read-only
         committed = rec.offsets
         table = {"exists": rec.table_version is not None, "delta_version": rec.table_version,
                  "txn_version": rec.version, "epoch": split_version(rec.version)[0] if rec.version is not None else None,
                  "txn": split_version(rec.version)[1] if rec.version is not None else None,
-                 "uncommitted_manifests": sum(1 for v in sink.manifest_versions() if v > (rec.version or -1))}
+                 "uncommitted_manifests": sum(1 for v in recovery.manifests.versions() if v > (rec.version or -1))}
     except LakesinkError as exc:
         out["problems"].append(str(exc))
     except Exception as exc:  # noqa: BLE001 - an unreadable table is reported, not raised

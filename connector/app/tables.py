@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 from confluent_kafka.admin import AdminClient
 
-from connector.app.service import Roles, _wait_in_slices
+from connector.app.roles import Roles, wait_in_slices
 from connector.config import LakesinkConfig
 from connector.kafka.clients import KafkaClients
-from connector.metrics import Metrics, TableMetrics
+from connector.observe.metrics import Metrics, TableMetrics
 from connector.routing import TablePlan, plan
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,9 @@ class TablePipeline:
                       / 1000, connector=cfg.name, table=self.table,
                       dead_letter_txns=cfg.health_deadletter_transactions if self._coordinator else 0)
         if self._coordinator:
-            from coordinator.service import CoordinatorService
+            from coordinator.service import build_coordinator
 
-            service = CoordinatorService(cfg, metrics=self.metrics, spark_factory=self._spark)
+            service = build_coordinator(cfg, metrics=self.metrics, spark_factory=self._spark)
             service.drain = roles.drain
             roles.add("coordinator", service.run, drains=True)
         if self._worker:
@@ -167,7 +167,7 @@ class Tables:
         for pipeline in self.pipelines.values():
             if pipeline.roles is not None:
                 (pipeline.roles.drain if self.drain.is_set() and not self.stop.is_set() else pipeline.roles.stop).set()
-        _wait_in_slices(lambda: not any(p.running for p in self.pipelines.values()), shutdown_timeout_s)
+        wait_in_slices(lambda: not any(p.running for p in self.pipelines.values()), shutdown_timeout_s)
         self._admin = None
 
     @property

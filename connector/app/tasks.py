@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 
 from connector.errors import LakesinkError
-from connector.metrics import Metrics
+from connector.observe.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def follow_parent(parent_pid: int) -> None:
 
 @dataclass(frozen=True)
 class WorkerTask:
-    """Worker `task` (2, 3, ...) of a `lakesink run`, as a loop for connector.app.service.Roles."""
+    """Worker `task` (2, 3, ...) of a `lakesink run`, as a loop for connector.app.roles.Roles."""
 
     config_path: str
     task: int

@@ -13,19 +13,16 @@ that value (fastavro gives Decimal, date, datetime), so most decoders pass it th
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as dt
 import io
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-import httpx
 import pyarrow as pa
 from confluent_kafka.schema_registry.avro import _resolve_named_schema
 from confluent_kafka.schema_registry.common.avro import _schema_loads, parse_schema_with_repo
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from fastavro import schemaless_reader
 
 from connector.formats.connect import (
@@ -42,10 +39,10 @@ from connector.formats.connect import (
     VARIABLE_SCALE_DECIMAL,
     ConnectSchema,
     Decoder,
-    compile_schema,
 )
+from connector.formats.connect_types import compile_schema
 from connector.formats.problems import INVALID_SCHEMA, MALFORMED_PAYLOAD, NOT_AN_OBJECT, SCHEMA_MISMATCH, Problem
-from connector.formats.registry import RegistryUnavailable, WriterSchema
+from connector.formats.wire import RegistryUnavailable, WriterSchema, references
 
 TYPE_TABLE = (
     ("`boolean`, `int`, `long`, `float`, `double`", "`boolean`, `int`, `long`, `float`, `double`", "as is"),
@@ -53,6 +50,10 @@ TYPE_TABLE = (
     ("`bytes`, `fixed`", "`binary`", "as is"),
     ("`record`, `array`, `map`", "`struct`, `array`, `map<string, ...>`",
      "field by field, item by item; a record that contains itself (a recursive type) is a schema error"),
+    ("`array` of `MapEntry` records (`key`, `value`)", "`map<K, V>`",
+     "a Kafka Connect map whose keys are not strings, as Connect's AvroConverter writes it (its items a record named "
+     "`MapEntry` or with `connect.internal.type: MapEntry`) and reads it back; with a nullable `key`, an array of "
+     "structs (a map's key cannot be null)"),
     ('`["null", T]` (either order)', "T", "a null is a null (every column is nullable)"),
     ("any other union", "`struct`",
      "one field per non-null branch, named by the branch's type (a named type's name without its namespace, "
@@ -61,8 +62,10 @@ TYPE_TABLE = (
      "`double` one `double` field; a union with `null` is a nullable struct; other branches that read as the same kind "
      "of value (an `enum` and a `string`, a `fixed` and `bytes`, a `record` and a `map`, where only one branch is a "
      "named type) are a schema error"),
-    ("`decimal` (`bytes` or `fixed`, `precision`, `scale`)", "`decimal(p,s)`",
-     "exactly; a precision above 38 is a schema error"),
+    ("`decimal` (`bytes` or `fixed`, `precision`, `scale`)", "`decimal(p,s)`, p at most 38",
+     "exactly; a precision above 38 (64 is what Connect's AvroConverter writes for a Decimal without "
+     "`connect.decimal.precision`, as a JDBC NUMERIC without precision) is a `decimal(38,s)` column, where a value "
+     "of more than 38 digits is a record error naming the field, never rounded; a scale above 38 is a schema error"),
     ("`date`", "`date`", "days since 1970-01-01"),
     ("`time-millis`, `time-micros`", "`string`", "Delta has no TIME: `HH:MM:SS.ffffff`, as for Connect's Time"),
     ("`timestamp-millis`, `timestamp-micros`", "`timestamp`", "an instant (UTC), to the microsecond"),
@@ -110,23 +113,6 @@ _READ_ERRORS = (EOFError, ValueError, IndexError, KeyError, OverflowError, TypeE
 """What fastavro's reader raises for bytes its schema cannot read (UnicodeDecodeError is a ValueError)."""
 
 
-# --- the registry -------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def registry_answers(what: str) -> Iterator[None]:
-    """Registry errors while fetching `what`: a schema or reference that does not exist is Problem(INVALID_SCHEMA),
-    a registry that does not answer (connection, timeout, 5xx) is RegistryUnavailable."""
-    try:
-        yield
-    except SchemaRegistryError as error:
-        if error.http_status_code == 404 or 40400 <= error.error_code < 40500:
-            raise Problem(INVALID_SCHEMA, f"{what}: the schema registry has no such schema ({error})") from None
-        raise RegistryUnavailable(f"{what}: {error}") from error
-    except httpx.HTTPError as error:
-        raise RegistryUnavailable(f"{what}: {error}") from error
-
-
 # --- compiling ------------------------------------------------------------------------------------------------
 
 
@@ -137,8 +123,13 @@ def compile_avro(schema: Any, client: Any, message_indexes: tuple[int, ...] = ()
 
     `row`: the schema is a table row's (a value's), so it must be a record: Problem(NOT_AN_OBJECT) if not; a key's
     schema (row=False) may be any type."""
-    with registry_answers("the Avro schema's references"):
-        named = _resolve_named_schema(schema, client)
+    try:
+        named = _resolve_named_schema(schema, references(client))  # a registry failure: registry_failure's reading
+    except (Problem, RegistryUnavailable):
+        raise
+    except Exception as error:  # fastavro's parse errors of a referenced schema, a reference without a name
+        raise Problem(INVALID_SCHEMA, f"a schema the Avro writer schema references cannot be parsed: "
+                                      f"{type(error).__name__}: {error}") from None
     try:
         parsed = parse_schema_with_repo(_schema_loads(schema.schema_str).schema_str, named_schemas=named)
     except Exception as error:  # fastavro's SchemaParseException, UnknownType, JSON and shape errors
@@ -176,6 +167,12 @@ class PayloadReader:
             raise Problem(MALFORMED_PAYLOAD, f"the payload has {len(payload) - stream.tell()} bytes beyond what its "
                                              "Avro writer schema reads: written with another schema?")
         return value
+
+
+def decimal_type(node: dict[str, Any]) -> pa.Decimal128Type:
+    """The column type of an Avro `decimal` node (its precision and scale valid, the scale at most 38): its
+    precision capped at Delta's largest, 38 (`TYPE_TABLE`)."""
+    return pa.decimal128(min(node["precision"], MAX_DECIMAL_PRECISION), node.get("scale", 0))
 
 
 def is_connect_typed(node: dict[str, Any]) -> bool:
@@ -307,20 +304,25 @@ class _Compiler:
         if type(precision) is not int or type(scale) is not int or not 0 <= scale <= precision or precision < 1:
             raise Problem(INVALID_SCHEMA, f"an Avro decimal has precision {precision!r} and scale {scale!r}: a "
                                           "precision of at least 1 and a scale from 0 to the precision are needed")
-        if precision > MAX_DECIMAL_PRECISION:
-            raise Problem(INVALID_SCHEMA, f"an Avro decimal of precision {precision} does not fit Delta's DECIMAL "
-                                          f"(precision at most {MAX_DECIMAL_PRECISION})")
-        exponent = -scale
+        if scale > MAX_DECIMAL_PRECISION:
+            raise Problem(INVALID_SCHEMA, f"an Avro decimal of scale {scale} does not fit Delta's DECIMAL (scale at "
+                                          f"most {MAX_DECIMAL_PRECISION})")
+        arrow_type = decimal_type(node)
+        exponent, digits = -scale, arrow_type.precision
 
         def convert(value: Any, path: str) -> Decimal:
             # fastavro reads the unscaled integer into `precision` digits: an exponent above -scale is a rounding
             if type(value) is not Decimal or value.as_tuple().exponent != exponent:
                 raise _mismatch(path, f"decimal({precision},{scale}) (more digits than the precision?)", value)
+            if len(value.as_tuple().digits) > digits:  # only where the writer's precision is above Delta's 38
+                raise Problem(SCHEMA_MISMATCH, f"field '{path or 'the value'}' holds {value}, more than the "
+                                               f"{digits} digits of Delta's largest DECIMAL (its Avro writer schema "
+                                               f"says decimal({precision},{scale}))")
             return value
 
         schema = ConnectSchema("bytes", optional, CONNECT_DECIMAL,
-                               {"scale": str(scale), DECIMAL_PRECISION: str(precision)})
-        return _plain(schema, pa.decimal128(precision, scale), _nullable(convert) if optional else convert)
+                               {"scale": str(scale), DECIMAL_PRECISION: str(digits)})
+        return _plain(schema, arrow_type, _nullable(convert) if optional else convert)
 
     def logical(self, node: dict[str, Any], kind: str, logical: str, optional: bool) -> Decoder:
         name, arrow_type, _ = _LOGICAL[(kind, logical)]
@@ -371,6 +373,9 @@ class _Compiler:
         return _plain(schema, arrow_type, _nullable(convert) if optional else convert, children)
 
     def array(self, node: dict[str, Any], optional: bool) -> Decoder:
+        entry = self.resolve(node["items"])
+        if _is_map_entry(entry):
+            return self.entry_map(entry, optional)
         item = self.decoder(node["items"], False)
         arrow_type = pa.list_(pa.field("element", item.arrow_type))
         schema = ConnectSchema("array", optional, items=item.schema)
@@ -383,6 +388,21 @@ class _Compiler:
             return [to_item(v, where) for v in value]
 
         return _plain(schema, arrow_type, _nullable(convert) if optional else convert, (("element", item),))
+
+    def entry_map(self, entry: dict[str, Any], optional: bool) -> Decoder:
+        """A Connect map whose keys are not strings, as Connect's AvroConverter writes it (an array of `MapEntry`
+        records of a `key` and a `value`) and reads it back: a map of the key's type."""
+        fields = {field["name"]: field["type"] for field in entry["fields"]}
+        keys, values = self.decoder(fields["key"], False), self.decoder(fields["value"], False)
+        arrow_type = pa.map_(keys.arrow_type, values.arrow_type)
+        schema = ConnectSchema("map", optional, keys=keys.schema, items=values.schema)
+        to_key, to_item = keys.to_value, values.to_value
+
+        def convert(value: Any, path: str) -> list[tuple[Any, Any]]:
+            return [(to_key(e["key"], f"{path}[]"), to_item(e["value"], f"{path}[{e['key']}]")) for e in value]
+
+        return _plain(schema, arrow_type, _nullable(convert) if optional else convert,
+                      (("key", keys), ("value", values)))
 
     def map(self, node: dict[str, Any], optional: bool) -> Decoder:
         keys, values = _plain(ConnectSchema("string"), pa.string()), self.decoder(node["values"], False)
@@ -458,6 +478,17 @@ class _Compiler:
             return row
 
         return _plain(schema, arrow_type, _nullable(convert) if optional else convert, children)
+
+
+def _is_map_entry(node: Any) -> bool:
+    """Whether an array's items are Connect's `MapEntry` records (its AvroConverter's map whose keys are not strings:
+    a record named `MapEntry`, or with `connect.internal.type` MapEntry, of a `key` and a `value`), whose key is
+    never null (a map's key cannot be: a nullable key keeps the array of records)."""
+    if not isinstance(node, dict) or node.get("type") != "record" or not (
+            _short(node.get("name", "")) == "MapEntry" or node.get("connect.internal.type") == "MapEntry"):
+        return False
+    fields = node.get("fields") or []
+    return [field.get("name") for field in fields] == ["key", "value"] and not isinstance(fields[0]["type"], list)
 
 
 def _kind(node: Any) -> str:

@@ -38,9 +38,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.formats.avro import PayloadReader, is_connect_typed
+from connector.formats.avro import PayloadReader, compile_avro, decimal_type, is_connect_typed
 from connector.formats.connect import TIME_TEXT, TIMESTAMP_NTZ, TIMESTAMP_UTC
-from connector.formats.registry import WriterSchema
+from connector.formats.wire import RegistryFormat, WriterSchema
 
 _SYNC = b"lakesink.avro.16"
 """The container's sync marker (any 16 bytes: the block is framed by its length)."""
@@ -99,6 +99,11 @@ def batch_reader(writer: WriterSchema) -> BatchReader | None:
             return None
         columns.append(column)
     return BatchReader(columns, decoder.row_schema())
+
+
+AVRO = RegistryFormat("avro", "AVRO", compile_avro, takes_row=True, batch=batch_reader)
+"""The Avro format as the registry reader (connector/formats/registry.py) is given it: avro.py's compiler, and this
+module's batch path for the writer schemas it reads (here, since this module builds on avro.py)."""
 
 
 def _column(node: Any, i: int) -> _Column | None:
@@ -292,13 +297,14 @@ def _fixed(node: dict[str, Any], i: int) -> Kind:
 
 
 def _decimal(node: dict[str, Any], i: int) -> Kind:
-    arrow_type = pa.decimal128(node["precision"], node.get("scale", 0))
+    arrow_type = decimal_type(node)  # a precision above 38 capped: validate refuses a value beyond it
     sign = pa.scalar(b"\x80", pa.large_binary())
     ones, zeros, nothing = (pa.scalar(b, pa.large_binary()) for b in (b"\xff", b"\x00", b""))
 
     def convert(array: pa.Array) -> pa.Array | None:
         """The big-endian two's-complement bytes sign-extended to 16, reversed: decimal128's little-endian value.
-        fastavro reads no bytes as 0, and more digits than the precision as a rounded value (a record error)."""
+        fastavro reads no bytes as 0, and more digits than the precision as a rounded value (a record error);
+        more than 38 digits are a record error too."""
         lengths = pc.binary_length(array)
         if (pc.max(lengths).as_py() or 0) > 16:
             return None

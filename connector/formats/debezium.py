@@ -3,7 +3,10 @@ and the source position), under `value.envelope=debezium`."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +25,10 @@ from connector.upsert import (
     CDC_SOURCE_LSN,
     CDC_SOURCE_TS_MS,
     CDC_TS_MS,
+    OLD_KEY_HEADER,
     UNAVAILABLE_VALUE,
     UpsertSpec,
+    connect_payload,
 )
 
 UPSERT_OPS = ("c", "u", "r")
@@ -41,7 +46,9 @@ class Change:
     source_lsn: int | None = None
     source_position: str | None = None
     absent: tuple[str, ...] = ()
-    """Fields of the row whose value the event does not carry (Debezium's unavailable-value placeholder)."""
+    """Fields of the row whose value the event does not carry (Debezium's unavailable-value placeholder, in any of
+    its forms: `unavailable`); the row still holds the placeholders, which the caller stages as nulls (`blanked`)
+    once it has read the row by its schema."""
 
 
 UPSERT = Change(False)
@@ -49,7 +56,8 @@ DELETE = Change(True)
 
 
 def event_row(event: Any, spec: UpsertSpec) -> tuple[dict[str, Any], Change]:
-    """The row of a Debezium change event (the payload, without the JSON converter's wrapper)."""
+    """The row of a Debezium change event (the payload, without the JSON converter's wrapper) as the event has it,
+    and its change, whose `absent` names the fields that hold the unavailable-value placeholder."""
     if event is None:  # {"schema": ..., "payload": null}: a tombstone
         if not spec.takes_deletes:
             raise Problem(NULL_VALUE, "the event's payload is null (a tombstone); a row needs a value")
@@ -63,7 +71,7 @@ def event_row(event: Any, spec: UpsertSpec) -> tuple[dict[str, Any], Change]:
             raise Problem(NOT_AN_OBJECT, f"the 'after' of a Debezium op={op} event is a JSON {kind_of(row)}, "
                                          f"not an object")
         delete = False
-        row, absent = without_unavailable(row)
+        absent = tuple(name for name, value in row.items() if unavailable(value))
     elif op == "d":
         if not spec.takes_deletes:
             raise Problem(DELETE_NOT_ENABLED, "a Debezium delete (op=d): set delete.enabled=true (with "
@@ -89,16 +97,69 @@ def event_row(event: Any, spec: UpsertSpec) -> tuple[dict[str, Any], Change]:
                         event_int(source, "lsn", "source.lsn", CDC_SOURCE_LSN), source_position(source), absent)
 
 
-_UNAVAILABLE = (UNAVAILABLE_VALUE, base64.b64encode(UNAVAILABLE_VALUE.encode()).decode())
-"""The placeholder as a string column carries it, and as a bytes column does (base64 in JSON)."""
+_PLACEHOLDER_BYTES = UNAVAILABLE_VALUE.encode()
+_PLACEHOLDER_BASE64 = base64.b64encode(_PLACEHOLDER_BYTES).decode()
+_PLACEHOLDER_TEXTS = frozenset((
+    UNAVAILABLE_VALUE,  # text, varchar, json, jsonb, xml; bytea under binary.handling.mode=hex
+    _PLACEHOLDER_BASE64,  # bytea in JSON (Connect's JsonConverter writes bytes as base64)
+    json.dumps({UNAVAILABLE_VALUE: UNAVAILABLE_VALUE}, separators=(",", ":")),  # hstore, hstore.handling.mode=json
+))
+_PLACEHOLDER_ELEMENTS = frozenset((
+    UNAVAILABLE_VALUE,  # text[], varchar[], char[], json[], jsonb[]
+    _PLACEHOLDER_BASE64,  # bytea[] in JSON
+    _PLACEHOLDER_BYTES,  # bytea[] in Avro
+    str(uuid.UUID(bytes=hashlib.md5(_PLACEHOLDER_BYTES).digest(), version=3)),  # uuid[]: a name-based UUID of it
+))
+_PLACEHOLDER_CODES = list(_PLACEHOLDER_BYTES)
+"""int[], bigint[] and date[]: one element per byte of the placeholder."""
 
 
-def without_unavailable(row: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`row` with null for each field whose value is Debezium's unavailable-value placeholder, and those fields."""
-    absent = tuple(name for name, value in row.items() if type(value) is str and value in _UNAVAILABLE)
+def unavailable(value: Any) -> bool:
+    """Whether a field's value is Debezium's unavailable-value placeholder (`unavailable.value.placeholder` at its
+    default) in the form the connector gives a column of its type (docs/ARCHITECTURE.md, "The keyed-write rules"):
+    the text; its bytes (base64 in JSON); an array of the text, of its bytes, or of the name-based UUID of them; an
+    array of the codes of its bytes (integer and date arrays); a map from the text to itself (hstore), or that map
+    as JSON text."""
+    kind = type(value)
+    if kind is str:
+        return value in _PLACEHOLDER_TEXTS
+    if kind is bytes or kind is bytearray:
+        return value == _PLACEHOLDER_BYTES
+    if kind is list:
+        if len(value) == 1:
+            element = value[0]
+            return type(element) in (str, bytes) and element in _PLACEHOLDER_ELEMENTS
+        return len(value) == len(_PLACEHOLDER_CODES) and all(type(v) is int for v in value) \
+            and value == _PLACEHOLDER_CODES
+    if kind is dict:
+        return len(value) == 1 and value.get(UNAVAILABLE_VALUE) == UNAVAILABLE_VALUE
+    return False
+
+
+def blanked(row: dict[str, Any], absent: tuple[str, ...]) -> dict[str, Any]:
+    """`row` with null for each of the `absent` fields (Change.absent): a placeholder is never data."""
     if not absent:
-        return row, ()
-    return {name: None if name in absent else value for name, value in row.items()}, absent
+        return row
+    return {name: None if name in absent else value for name, value in row.items()}
+
+
+def old_key(headers: list[tuple[str, bytes | None]] | None) -> dict[str, Any] | None:
+    """The key a Debezium create replaces, from its `__debezium.oldkey` header (a primary-key change): the key's
+    fields as JSON values, as the Connect worker's header converter writes the key struct (SimpleHeaderConverter:
+    a JSON object; JsonConverter: its `{"schema", "payload"}` wrapper). None without the header. Raises Problem
+    for a header that is no JSON object."""
+    raw = next((value for name, value in headers or () if name == OLD_KEY_HEADER), None)
+    if raw is None:
+        return None
+    try:
+        parsed = connect_payload(json.loads(raw))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise Problem(NOT_AN_OBJECT, f"the header {OLD_KEY_HEADER} (the key a primary-key change replaces) is not "
+                                     f"JSON ({error}): the old key's row cannot give the unavailable values") from None
+    if type(parsed) is not dict:
+        raise Problem(NOT_AN_OBJECT, f"the header {OLD_KEY_HEADER} (the key a primary-key change replaces) is a JSON "
+                                     f"{kind_of(parsed)}, not an object of the key's fields")
+    return parsed
 
 
 def source_position(source: dict[str, Any]) -> str | None:
@@ -109,11 +170,7 @@ def source_position(source: dict[str, Any]) -> str | None:
     if connector == "postgresql":
         return _digits(source, "lsn", 20)
     if connector == "mysql":
-        file = source.get("file")
-        match = re.search(r"(\d+)$", file) if type(file) is str else None
-        if match is None:
-            raise Problem(TYPE_MISMATCH, f"field 'source.file' of the Debezium mysql event {found('a binlog file name', file)}")
-        return f"{int(match.group(1)):010d}:{_digits(source, 'pos', 20)}:{_digits(source, 'row', 10) or '0' * 10}"
+        return _mysql_position(source)
     if connector == "sqlserver":
         commit, change = source.get("commit_lsn"), source.get("change_lsn")
         for name, lsn in (("commit_lsn", commit), ("change_lsn", change)):
@@ -125,6 +182,35 @@ def source_position(source: dict[str, Any]) -> str | None:
     if connector == "oracle":
         return _digits(source, "scn", 39)
     return None
+
+
+ORIGIN_MARK = "~"
+"""Splits a position that is comparable only with positions of its own origin: `<origin>~<time>~<position>`
+(MySQL's; connector/table/merge_plan.py compares such positions only where both the times and the positions order them
+alike: docs/ARCHITECTURE.md, "The keyed-write rules")."""
+
+
+def _mysql_position(source: dict[str, Any]) -> str:
+    """A MySQL event's position, `<origin>~<source.ts_ms>~<position>`: with a GTID, origin `gtid:<source uuid>` and
+    the transaction's number; else origin `server:<server_id>` and (binlog file's sequence number, pos, row). Binlog
+    coordinates restart on another server and after RESET MASTER, and so do a source's GTID numbers after RESET
+    MASTER: a position says nothing against one of another origin, or where the binlog times disagree with it."""
+    ts = _digits(source, "ts_ms", 20) or "0" * 20
+    gtid = source.get("gtid")
+    if gtid is not None:
+        match = re.fullmatch(r"([^~]+):(\d+)", gtid) if type(gtid) is str else None
+        if match is None:
+            raise Problem(TYPE_MISMATCH, f"field 'source.gtid' of the Debezium mysql event "
+                                         f"{found('a GTID (source uuid:transaction number)', gtid)}")
+        return f"gtid:{match.group(1).lower()}{ORIGIN_MARK}{ts}{ORIGIN_MARK}{int(match.group(2)):020d}"
+    file = source.get("file")
+    match = re.search(r"(\d+)$", file) if type(file) is str else None
+    if match is None:
+        raise Problem(TYPE_MISMATCH, f"field 'source.file' of the Debezium mysql event {found('a binlog file name', file)}")
+    server = source.get("server_id")
+    server = _digits(source, "server_id", 20) if server is not None else ""
+    return (f"server:{int(server) if server else ''}{ORIGIN_MARK}{ts}{ORIGIN_MARK}{int(match.group(1)):010d}:"
+            f"{_digits(source, 'pos', 20)}:{_digits(source, 'row', 10) or '0' * 10}")
 
 
 def _digits(source: dict[str, Any], field: str, width: int) -> str | None:

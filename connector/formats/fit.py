@@ -50,7 +50,16 @@ def widens(source: pa.DataType, target: pa.DataType) -> bool:
         return widens(source.value_type, target.value_type)
     if types.is_map(source) and types.is_map(target):
         return widens(source.key_type, target.key_type) and widens(source.item_type, target.item_type)
+    if types.is_map(source) and _list(target) and _entries(target.value_type):
+        # a column of (key, value) entries holds a map's entries as they are (a table that has Connect's Avro map
+        # of MapEntry records as such a column)
+        entry = target.value_type
+        return widens(source.key_type, entry.field("key").type) and widens(source.item_type, entry.field("value").type)
     return False
+
+
+def _entries(kind: pa.DataType) -> bool:
+    return pa.types.is_struct(kind) and kind.num_fields == 2 and [f.name for f in kind] == ["key", "value"]
 
 
 _UNITS = ("s", "ms", "us", "ns")

@@ -26,7 +26,6 @@ from confluent_kafka.schema_registry.json_schema import _resolve_named_schema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
-from connector.formats.avro import registry_answers
 from connector.formats.connect import CONNECT_DATE, TIME_TEXT, TIMESTAMP_UTC, ConnectSchema, Decoder
 from connector.formats.problems import (
     INVALID_SCHEMA,
@@ -35,7 +34,7 @@ from connector.formats.problems import (
     SCHEMA_MISMATCH,
     Problem,
 )
-from connector.formats.registry import WriterSchema
+from connector.formats.wire import RegistryFormat, RegistryUnavailable, WriterSchema, references
 
 TYPE_TABLE = (
     ("`string`", "`string`", "as is"),
@@ -79,8 +78,13 @@ def compile_json_schema(schema: Any, client: Any, message_indexes: tuple[int, ..
     WriterSchema with schema_id 0; raises Problem(INVALID_SCHEMA) for a schema lakesink cannot store,
     Problem(NOT_AN_OBJECT) when `row` and the schema is no object with properties (a key's schema, row=False, may
     be any type), RegistryUnavailable."""
-    with registry_answers("the JSON schema's references"):
-        registry = _resolve_named_schema(schema, client, Registry())  # a Registry that retrieves nothing
+    try:  # a Registry that retrieves nothing; a registry failure: registry_failure's reading
+        registry = _resolve_named_schema(schema, references(client), Registry())
+    except (Problem, RegistryUnavailable):
+        raise
+    except Exception as error:  # a referenced schema's JSON, its unknown $schema, a reference without a name
+        raise Problem(INVALID_SCHEMA, f"a schema the JSON schema references cannot be parsed: "
+                                      f"{type(error).__name__}: {error}") from None
     try:
         root = json.loads(schema.schema_str, parse_float=Decimal)
         resource = Resource.from_contents(root, default_specification=DEFAULT_SPEC)
@@ -96,12 +100,28 @@ def compile_json_schema(schema: Any, client: Any, message_indexes: tuple[int, ..
     return WriterSchema(0, decoder, read)
 
 
-_DECODER = json.JSONDecoder(parse_float=Decimal)
+JSON_SCHEMA = RegistryFormat("json_schema", "JSON", compile_json_schema, takes_row=True)
+"""The format as the registry reader (connector/formats/registry.py) is given it: no batch path."""
+
+
+class _Written(Decimal):
+    """A JSON number with a fraction or an exponent: its exact value, and its text as the payload writes it, which a
+    value kept as JSON text keeps (`TYPE_TABLE`: "numbers as written"; a Decimal writes 1e-07 as 1E-7)."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> _Written:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+_DECODER = json.JSONDecoder(parse_float=_Written)
 """One decoder for every payload (json.loads with parse_float makes a new one per call)."""
 
 
 def read(payload: bytes) -> Any:
-    """A payload's JSON text parsed, numbers exact (a fraction as Decimal)."""
+    """A payload's JSON text parsed, numbers exact (a fraction or an exponent as a Decimal, `_Written`)."""
     try:
         return _DECODER.decode(payload.decode("utf-8"))
     except (ValueError, RecursionError) as error:
@@ -142,7 +162,7 @@ def _plain_type(accepted: type, expected: str) -> Callable[[Any, str], Any]:
 
 
 def _integer(value: Any, path: str) -> int:
-    if type(value) is not int and (type(value) is Decimal and value == value.to_integral_value()
+    if type(value) is not int and (isinstance(value, Decimal) and value == value.to_integral_value()
                                    or type(value) is float and value.is_integer()):
         value = int(value)  # 2.0 is an integer
     if type(value) is int:
@@ -153,7 +173,7 @@ def _integer(value: Any, path: str) -> int:
 
 
 def _number(value: Any, path: str) -> float:
-    if type(value) in (Decimal, int, float):
+    if type(value) in (_Written, Decimal, int, float):
         number = float(value)
         if number - number == 0:  # not inf
             return number
@@ -236,6 +256,8 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except TypeError:  # a Decimal (or a value of another type) inside
         pass
+    if type(value) is _Written:
+        return value.text
     if type(value) is Decimal:
         return str(value)
     if type(value) is dict:

@@ -10,6 +10,8 @@
   timestamp_ntz column, dates alone (`2024-01-01`) a date column; a column whose first values mix these, or hold
   anything else, is string. A timestamp column takes only zoned values, a timestamp_ntz column only zone-less ones
   (and dates), neither more than microsecond precision: anything else is a record error, never a shifted value.
+  Only years 1 to 9999 (in UTC, for a zoned value) are dates and times, as in Delta and Spark: a new column with a
+  value outside them stays string, and into a date or timestamp column such a value is a record error.
 - Names that differ only in case are one column (Delta's names are case-insensitive): the name the held schema has,
   else the first seen; a record with both is a record error.
 
@@ -18,6 +20,7 @@ errors. `big_ints` and `rounded` find the integers the reader would round.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +51,12 @@ _LOCAL = pa.timestamp("us")
 _INFERRED = ((DATE, pa.date32()), (ZONED, _INSTANT), (LOCAL, _LOCAL))
 """String columns of new fields whose every value matches a pattern get its type (DATE before LOCAL: LOCAL
 includes dates)."""
+_EPOCH = dt.datetime(1970, 1, 1)
+_YEARS = {"date": ((dt.date(1, 1, 1) - _EPOCH.date()).days, (dt.date(9999, 12, 31) - _EPOCH.date()).days),
+          "timestamp": ((dt.datetime(1, 1, 1) - _EPOCH) // dt.timedelta(microseconds=1),
+                        (dt.datetime(9999, 12, 31, 23, 59, 59, 999999) - _EPOCH) // dt.timedelta(microseconds=1))}
+"""Days and microseconds since 1970 of years 1 to 9999: the dates and times Delta and Spark hold (a Parquet date or
+timestamp outside them is no value Python, Spark or a file's statistics can read)."""
 
 _LONG_NUMBER = r"\d{16}"
 """A number with at least 16 digits in a row may be an integer beyond 2^53 (which has 16 digits)."""
@@ -292,9 +301,11 @@ def _new(array: pa.Array, path: str, rows: pa.Array | None,
         for pattern, target in _INFERRED:
             if pc.all(pc.match_substring_regex(array, pattern)).as_py():
                 try:
-                    return array.cast(target), target
+                    cast = array.cast(target)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     continue
+                if pc.all(_within_years(cast)).as_py():  # else no date or time Delta holds: a string
+                    return cast, target
         return array, kind
     if types.is_timestamp(kind):  # the reader's own inference (the batch is re-read as strings before settle)
         return array.cast(_LOCAL), _LOCAL
@@ -336,7 +347,25 @@ def _times(array: pa.Array, held: pa.DataType, path: str, rows: pa.Array | None,
         first = array.filter(misfits)[0].as_py()
         _mark(rules, rows, misfits, (TYPE_MISMATCH, (
             f"field '{path}' is {show(first)}, but the column is {_name(held)}: it takes {what}")))
+    beyond = pc.invert(_within_years(converted).fill_null(True))
+    if pc.any(beyond).as_py():
+        first = array.filter(beyond)[0].as_py()
+        _mark(rules, rows, beyond, (TYPE_MISMATCH, (
+            f"field '{path}' is {show(first)}, outside years 1 to 9999 (UTC), which a {_name(held)} column "
+            "(Delta, Spark) cannot hold")))
+        converted = pc.if_else(beyond, pa.scalar(None, converted.type), converted)
     return converted if converted.type.equals(held) else converted.cast(held)
+
+
+def _within_years(array: pa.Array) -> pa.Array:
+    """Whether each date or timestamp (microseconds) of `array` is within years 1 to 9999; null for a null."""
+    if pa.types.is_date32(array.type):
+        low, high = _YEARS["date"]
+        raw = array.view(pa.int32())
+    else:
+        low, high = _YEARS["timestamp"]
+        raw = array.view(pa.int64())
+    return pc.and_(pc.greater_equal(raw, low), pc.less_equal(raw, high))
 
 
 def _one_time(value: str | None, target: pa.DataType) -> Any:
@@ -443,6 +472,9 @@ INFERENCE_TABLE = (
     ("ISO-8601 date-time without a zone", "timestamp_ntz",
      "the column takes only zone-less values (and dates, at midnight); a zoned value is a record error, never shifted"),
     ("`YYYY-MM-DD`", "date", ""),
+    ("a date or date-time outside years 1 to 9999 (in UTC when zoned: `0000-01-01`, `0001-01-01T00:00:00+01:00`)",
+     "string", "what Delta and Spark cannot hold is no date: a new column with such a value stays string; into a date "
+     "or timestamp column it is a record error naming the field"),
     ("more than microsecond precision, or mixed kinds in a new column", "string",
      "a new column whose first values mix these kinds stays string; into a time column it is a record error"),
     ("other strings", "string", ""),
@@ -452,4 +484,4 @@ INFERENCE_TABLE = (
     ("names with ` ,;{}()=`, tab or newline", "field.name.policy",
      "column_mapping: a new table gets column mapping; sanitize: `_` for each; error: a record error"),
 )
-"""How schemaless JSON becomes columns (rendered into docs/configuration.md by connector/config.py)."""
+"""How schemaless JSON becomes columns (rendered into docs/configuration.md by connector/app/config_docs.py)."""

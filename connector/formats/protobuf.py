@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import functools
 import json
 import keyword
 import math
@@ -32,10 +33,8 @@ from dataclasses import dataclass
 from operator import attrgetter, methodcaller
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.protobuf import _init_pool, _resolve_named_schema, _str_to_proto
 from confluent_kafka.serialization import SerializationError
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -51,7 +50,7 @@ from connector.formats.connect import (
     Decoder,
 )
 from connector.formats.problems import INVALID_SCHEMA, MALFORMED_PAYLOAD, SCHEMA_MISMATCH, Problem
-from connector.formats.registry import RegistryUnavailable, WriterSchema
+from connector.formats.wire import RegistryFormat, WriterSchema, references
 
 TIMESTAMP = "google.protobuf.Timestamp"
 DURATION = "google.protobuf.Duration"
@@ -151,6 +150,12 @@ def read_table(writer: WriterSchema, payloads: list[bytes]) -> pa.Table | None:
     return pa.Table.from_arrays(struct.flatten(), schema=decoder.row_schema())
 
 
+PROTOBUF = RegistryFormat("protobuf", "PROTOBUF", compile_protobuf, takes_row=False,
+                          batch=lambda writer: functools.partial(read_table, writer))
+"""The format as the registry reader (connector/formats/registry.py) is given it: a message is always a row, and
+every writer schema's batch path is `read_table`."""
+
+
 def _descriptor(schema: Any, client: Any, indexes: tuple[int, ...]) -> Descriptor:
     text = schema.schema_str
     try:
@@ -161,16 +166,9 @@ def _descriptor(schema: Any, client: Any, indexes: tuple[int, ...]) -> Descripto
     pool = DescriptorPool()
     _init_pool(pool)
     try:
-        _resolve_named_schema(schema, client, pool)
+        _resolve_named_schema(schema, references(client), pool)  # a registry failure: registry_failure's reading
         file = _str_to_proto("default", text)
         pool.Add(file)
-    except SchemaRegistryError as error:
-        if error.http_status_code >= 500 or error.http_status_code < 0:
-            raise RegistryUnavailable(f"the schema registry failed to return a reference: {error}") from None
-        raise Problem(INVALID_SCHEMA, f"a reference of the Protobuf writer schema cannot be fetched: {error}") \
-            from None
-    except httpx.TransportError as error:
-        raise RegistryUnavailable(f"the schema registry cannot be reached: {error}") from None
     except (SerializationError, DecodeError, TypeError, ValueError, KeyError) as error:
         raise Problem(INVALID_SCHEMA, f"the Protobuf writer schema cannot be loaded: {error}") from None
     where = f"message indexes {list(indexes)} of the Protobuf writer schema"

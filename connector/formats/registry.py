@@ -3,15 +3,16 @@
 A record is framed by its producer's serializer: magic byte 0, a 4-byte schema id, the payload (Protobuf adds its
 message indexes); or the schema's id is in a `__value_schema_id` / `__key_schema_id` header. confluent-kafka's
 `SchemaRegistryClient` (with its cache) fetches the writer schema of each id once; the framing is read by
-confluent-kafka's own schema-id deserializer. Each format module compiles a writer schema into a `WriterSchema`:
+confluent-kafka's own schema-id deserializer. The reader is given the format's descriptor (connector/formats/wire.py
+`RegistryFormat`), whose compiler turns a writer schema into a `WriterSchema`:
 how one payload is read (the format's own reader) and the `Decoder` (connector.formats.connect) that turns what it
 read into the Arrow value of each column, by the mapping table in docs/configuration.md ("Types").
 
 So the rest of the participant handles these records as it handles Kafka Connect's typed JSON: a `Decoder` per
 writer schema, rows grouped by it, their column types meeting the table's by the same widening rules.
 
-A registry that cannot be reached (or answers 5xx) is not a record error: `RegistryUnavailable` leaves the batch
-to be read again (the partition waits, nothing skipped).
+What a failed registry request means is read in one place, connector/formats/wire.py `registry_failure`, for a
+record's own writer schema and for the schemas it references, in all three formats.
 """
 from __future__ import annotations
 
@@ -19,65 +20,26 @@ import functools
 import logging
 import struct
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
-from connector.formats.connect import Decoder
-from connector.formats.problems import INVALID_SCHEMA, NOT_REGISTRY_FRAMED, UNKNOWN_SCHEMA, Problem
+from connector.config import REGISTRY_CONVERTERS
+from connector.formats.problems import INVALID_SCHEMA, NOT_REGISTRY_FRAMED, Problem
+from connector.formats.wire import ReferenceClient, RegistryFormat, RegistryUnavailable, WriterSchema, registry_failure
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("avro", "protobuf", "json_schema")
-"""The value.converter / key.converter values whose records are read through a schema registry."""
+FORMATS = REGISTRY_CONVERTERS
+"""The value.converter / key.converter values whose records are read through a schema registry, as the key table
+declares them (connector/config/kinds.py)."""
 
 
-class RegistryUnavailable(Exception):
-    """The schema registry did not answer (connection refused, timeout, 5xx): the records are read again later."""
-
-
-@dataclass(frozen=True, eq=False)
-class WriterSchema:
-    """One registered writer schema, compiled once per schema id."""
-
-    schema_id: int
-    decoder: Decoder
-    """Its `to_value(value, path)` takes what `read` returns (not JSON): the Python value of Arrow's type for each
-    column, raising Problem (SCHEMA_MISMATCH or MALFORMED_PAYLOAD) naming the field."""
-    read: Callable[[bytes], Any]
-    """The payload (the bytes after the framing) -> the format reader's Python value; raises Problem
-    (MALFORMED_PAYLOAD) for a payload this schema cannot read."""
-    read_many: Callable[[list[bytes]], Any] | None = None
-    """Payloads -> the table `decoder.rows` makes of their values, built column by column (None: the format has no
-    such reader); returns None when some payload or value is bad, which reading one by one then names."""
-
-
-Compile = Callable[[Any, Any, tuple[int, ...]], WriterSchema]
-"""A format's compiler: (the registry's `Schema` of the writer, the `SchemaRegistryClient` that resolves its
-references, the Protobuf message indexes of the framing (empty for Avro and JSON Schema)) -> its WriterSchema with
-`schema_id` 0 (the caller sets the id it fetched it by); raises Problem(INVALID_SCHEMA) for a schema that cannot be
-stored (a DECIMAL beyond 38 digits, a recursive message)."""
-
-
-_SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}
 _UNKNOWN_RETRY_S = 30.0
 """An id the registry said it does not know is asked again after this long (it may be registered by then)."""
 _CLIENT_DEFAULTS = {"timeout": 10, "max.retries": 2, "retries.wait.ms": 200, "retries.max.wait.ms": 2000}
 """A registry that does not answer costs a batch at most about half a minute before the partition waits."""
-
-
-def _compiler(fmt: str, is_key: bool) -> Compile:
-    """The format's compiler; a key's schema may be a primitive (a value's must be a record: a row)."""
-    if fmt == "protobuf":
-        from connector.formats.protobuf import compile_protobuf
-        return compile_protobuf
-    if fmt == "avro":
-        from connector.formats.avro import compile_avro as compile_row
-    else:
-        from connector.formats.json_schema import compile_json_schema as compile_row
-    return functools.partial(compile_row, row=not is_key)
 
 
 def client_config(settings: Mapping[str, str]) -> dict[str, Any]:
@@ -93,7 +55,7 @@ def client_config(settings: Mapping[str, str]) -> dict[str, Any]:
         else:
             conf[key] = value
     # Kafka Connect's USER_INFO (basic.auth.user.info) and URL (user:password@ in the URL) are what the client does
-    # anyway: it takes no such key (config.py refuses the other sources)
+    # anyway: it takes no such key (connector/config/rules.py refuses the other sources)
     source = str(conf.pop("basic.auth.credentials.source", "")).upper()
     if source == "URL":
         conf.pop("basic.auth.user.info", None)
@@ -104,17 +66,19 @@ class RegistryReader:
     """Reads one converter's records (values, or keys): the framing, the writer schema of each id (fetched once,
     compiled once) and the payload."""
 
-    def __init__(self, fmt: str, settings: Mapping[str, str] | None = None, is_key: bool = False, client=None):
+    def __init__(self, fmt: RegistryFormat, settings: Mapping[str, str] | None = None, is_key: bool = False,
+                 client=None):
+        """`fmt`: the format's descriptor (connector.formats.registry_format picks it by the converter's name)."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        if fmt not in FORMATS:
-            raise ValueError(f"not a schema-registry format: {fmt}")
-        self.fmt = fmt
+        self.format = fmt
+        self.fmt = fmt.name
         self.is_key = is_key
         self._client = client if client is not None else SchemaRegistryClient(client_config(settings or {}))
-        self._compile = _compiler(fmt, is_key)
+        # a key's schema may be a primitive (a value's must be a record: a row)
+        self._compile = functools.partial(fmt.compile, row=not is_key) if fmt.takes_row else fmt.compile
         self._schemas: dict[tuple[Any, tuple[int, ...]], WriterSchema] = {}
-        self._head = 6 if fmt == "protobuf" else 5
+        self._head = 6 if self.fmt == "protobuf" else 5
         """Bytes of the common framing (magic byte, id, Protobuf's one index byte)."""
         self._field = MessageField.KEY if is_key else MessageField.VALUE
         self._header = "__key_schema_id" if is_key else "__value_schema_id"
@@ -140,7 +104,7 @@ class RegistryReader:
         from confluent_kafka.schema_registry import dual_schema_id_deserializer
         from confluent_kafka.schema_registry.common.serde import SchemaId
 
-        schema_id = SchemaId(_SCHEMA_TYPES[self.fmt])
+        schema_id = SchemaId(self.format.schema_type)
         try:
             rest = dual_schema_id_deserializer(value, SerializationContext(topic, self._field, headers), schema_id)
         except (SerializationError, struct.error, EOFError, IndexError, ValueError) as error:
@@ -186,8 +150,6 @@ class RegistryReader:
         return "Kafka key" if self.is_key else "value"
 
     def _fetch(self, ident: Any, indexes: tuple[int, ...], by_guid: bool) -> WriterSchema:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
         known = self._unknown.get(ident)
         if known is not None and time.monotonic() < known[0]:
             raise known[1]
@@ -195,42 +157,26 @@ class RegistryReader:
         try:
             schema = self._client.get_schema_by_guid(str(ident), fmt) if by_guid else \
                 self._client.get_schema(ident, fmt=fmt)
-        except SchemaRegistryError as error:
-            if error.http_status_code == 404:
-                problem = Problem(UNKNOWN_SCHEMA, f"the {self._what}'s schema id {ident} is not in the schema "
-                                                  f"registry ({error.error_message})")
-                self._unknown[ident] = (time.monotonic() + _UNKNOWN_RETRY_S, problem)
-                raise problem from None
-            if error.http_status_code in (401, 403):
-                raise RegistryUnavailable(f"the schema registry refused lakesink's credentials (HTTP "
-                                          f"{error.http_status_code}: {error.error_message}): check "
-                                          f"{self._part}.converter.basic.auth.user.info") from None
-            raise RegistryUnavailable(f"the schema registry answered HTTP {error.http_status_code} for schema id "
-                                      f"{ident}: {error.error_message}") from None
-        except Exception as error:  # noqa: BLE001 - httpx's connection errors, timeouts, TLS failures
-            raise RegistryUnavailable(f"the schema registry did not answer for schema id {ident}: "
-                                      f"{type(error).__name__}: {error}") from None
+        except Exception as error:  # noqa: BLE001 - every failure is classified, none lost
+            failure = registry_failure(error, f"schema id {ident}", self._part)
+            if isinstance(failure, Problem):
+                self._unknown[ident] = (time.monotonic() + _UNKNOWN_RETRY_S, failure)
+            raise failure from None
         self.fetches += 1
-        expected = _SCHEMA_TYPES[self.fmt]
+        expected = self.format.schema_type
         found = (schema.schema_type or "AVRO").upper()
         if found != expected:
             raise Problem(NOT_REGISTRY_FRAMED, f"the {self._what}'s schema id {ident} is a {found} schema, but "
                                                f"{self._part}.converter={self.fmt} reads {expected}")
         try:
-            compiled = self._compile(schema, self._client, indexes)
+            compiled = self._compile(schema, ReferenceClient(self._client, self._part), indexes)
         except Problem as problem:
             raise Problem(problem.error_class, f"schema id {ident}: {problem.message}") from None
+        except RegistryUnavailable as unavailable:
+            raise RegistryUnavailable(f"schema id {ident}: {unavailable}") from None
         except RecursionError:
             raise Problem(INVALID_SCHEMA, f"schema id {ident} is nested too deeply") from None
-        read_many = None
-        if self.fmt == "protobuf":
-            from connector.formats.protobuf import read_table
-
-            read_many = functools.partial(read_table, compiled)
-        elif self.fmt == "avro":
-            from connector.formats.avro_batch import batch_reader
-
-            read_many = batch_reader(compiled)
+        read_many = None if self.format.batch is None else self.format.batch(compiled)
         writer = WriterSchema(ident if isinstance(ident, int) else 0, compiled.decoder, compiled.read, read_many)
         self._schemas[(ident, indexes)] = writer
         log.info("read %s schema id %s for %s records (%s)", self.fmt, ident, self._part, _field_names(writer))

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
@@ -21,11 +22,19 @@ from connector.kafka.clients import CONNECTION_PREFIXES, KafkaClients
 
 log = logging.getLogger(__name__)
 
+TOPIC_HEADER = "__connect.errors.topic"
+PARTITION_HEADER = "__connect.errors.partition"
+OFFSET_HEADER = "__connect.errors.offset"
+CONNECTOR_HEADER = "__connect.errors.connector.name"
+CLASS_HEADER = "__connect.errors.exception.class.name"
+MESSAGE_HEADER = "__connect.errors.exception.message"
+SOURCE_HEADERS = (TOPIC_HEADER, PARTITION_HEADER, OFFSET_HEADER)
+"""Kafka Connect's headers that say where a dead-letter record came from: topic, partition, offset."""
+MESSAGE_MAX_BYTES = 4096
+"""The most bytes of an error's message (UTF-8) that `__connect.errors.exception.message` holds."""
 TRUNCATED_HEADER = "__lakesink.truncated"
 """Set on a dead-letter record that was cut to fit its topic: the record's original size in bytes, in decimal."""
-KEPT_HEADERS = frozenset({"__connect.errors.topic", "__connect.errors.partition", "__connect.errors.offset",
-                          "__connect.errors.connector.name", "__connect.errors.exception.class.name",
-                          TRUNCATED_HEADER})
+KEPT_HEADERS = frozenset({*SOURCE_HEADERS, CONNECTOR_HEADER, CLASS_HEADER, TRUNCATED_HEADER})
 """Headers never cut: they say where the record came from (at-least-once readers deduplicate on them)."""
 
 BATCH_OVERHEAD = 61
@@ -59,6 +68,33 @@ class DeadLetterError(LakesinkError):
         super().__init__(f"{len(self.failed)} of {total} record(s) produced to dead-letter topic {topic} were not "
                          f"confirmed by the broker (first error: {first_error}); check that the topic exists and "
                          f"this producer may write to it")
+
+
+class DeadLetter(NamedTuple):
+    """One record for the dead-letter topic, in the order `DeadLetterProducer.produce` takes it."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int
+
+
+def dead_letter(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None,
+                timestamp_ms: int | None, *, context: bool, connector: str, error_class: str, message: str,
+                source: tuple[str, int, int] | None, reasons: Sequence[tuple[str, bytes | None]] = ()) -> DeadLetter:
+    """The dead-letter record of a record lakesink cannot write: its key, value, headers and timestamp as they were,
+    then `reasons` (headers of lakesink's own), then, with `context` (errors.deadletterqueue.context.headers.enable),
+    Kafka Connect's `__connect.errors.*` headers in Connect's order: where it came from (`source`: topic, partition,
+    offset, when known), the connector, the error's class and its message (at most MESSAGE_MAX_BYTES of UTF-8)."""
+    out = [*(headers or []), *reasons]
+    if context:
+        if source is not None:
+            topic, partition, offset = source
+            out += [(TOPIC_HEADER, topic.encode()), (PARTITION_HEADER, str(partition).encode()),
+                    (OFFSET_HEADER, str(offset).encode())]
+        out += [(CONNECTOR_HEADER, connector.encode()), (CLASS_HEADER, error_class.encode()),
+                (MESSAGE_HEADER, message.encode("utf-8", "replace")[:MESSAGE_MAX_BYTES])]
+    return DeadLetter(key, value, out, timestamp_ms or 0)
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:

@@ -5,7 +5,7 @@ schema registry").
 `build_server()` compiles it once with the Go toolchain into the cache (`lakesink deps` calls it), keyed by a hash
 of its sources so a change rebuilds it. `LocalRegistry` starts the binary on a free loopback port, waits until
 `GET /subjects` answers, and stops it cleanly. The CLI (`lakesink registry start|stop|status`) and the test
-fixture both use it, as connector/kafka/local.py does for the broker.
+fixture both use it, as connector/local/kafka.py does for the broker.
 """
 from __future__ import annotations
 
@@ -20,16 +20,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector import jars
 from connector.errors import SetupError
-from connector.kafka.local import HOST, free_port, port_in_use
-from connector.processes import DetachedServer, stop_child
+from connector.jvm import jars
+from connector.local.ports import HOST, NO_PROXY, free_port, require_free
+from connector.local.processes import DetachedServer
+from connector.local.server import LocalServer, spawn
 
 SOURCE = Path(__file__).resolve().parent / "registry_server"
 BINARY_NAME = "registry_server"
 DEFAULT_GOPROXY = "https://proxy.golang.org"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Asks the loopback server directly, whatever HTTP proxy the environment names."""
 
 
 def _sources() -> list[Path]:
@@ -100,7 +99,7 @@ class RegistryState:
         return f"http://{HOST}:{self.port}"
 
 
-class LocalRegistry:
+class LocalRegistry(LocalServer):
     """One registry process, its schemas in memory. `start()` returns once it answers; `stop()` ends it.
 
     `user`: `name:password` that every request must carry as HTTP basic auth (None: no auth)."""
@@ -126,15 +125,10 @@ class LocalRegistry:
 
     def start(self) -> "LocalRegistry":
         binary = require_binary()
-        if port_in_use(self.port):
-            raise SetupError(f"port {self.port} on {HOST} is already in use: stop whatever listens there (a registry "
-                             f"from `lakesink registry start`? run `lakesink registry stop`) or choose another port "
-                             f"with --port.")
+        require_free(self.port, server="a registry", command="registry")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [str(binary), "-port", str(self.port)] + (["-user", self.user] if self.user else [])
-        with open(self.log_file, "ab") as out:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         cwd=self.data_dir, start_new_session=True)
+        self.proc = spawn(command, self.log_file, cwd=self.data_dir)
         self._wait_ready()
         return self
 
@@ -149,7 +143,7 @@ class LocalRegistry:
                 raise SetupError(f"the schema registry exited with code {self.proc.returncode} while starting: see "
                                  f"{self.log_file}.")
             try:
-                with _NO_PROXY.open(request, timeout=2) as answer:
+                with NO_PROXY.open(request, timeout=2) as answer:
                     if answer.status == 200:
                         return
             except (urllib.error.URLError, OSError) as exc:  # not listening yet; the deadline bounds the wait
@@ -160,14 +154,7 @@ class LocalRegistry:
                          f"({last}): see {self.log_file}.")
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        stop_child(self.proc, timeout_s)
-        self.proc = None
-
-    def __enter__(self) -> "LocalRegistry":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        super().stop(timeout_s)
 
 
 # --- the detached registry of `lakesink registry start|stop|status` -------------------------------------------

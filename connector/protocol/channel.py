@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from connector.errors import NameConflictError, ProtocolError, SetupError
 from connector.kafka.clients import KafkaClients
@@ -177,6 +177,13 @@ CONTROL_DELIVERY_TIMEOUT_S = 120.0
 """How long a role waits for a control message to be delivered before it stops: longer than a broker's restart
 (an idempotent producer may wait for its producer id after one), shorter than the consumers' poll interval."""
 
+STUCK_CLIENT_S = 20.0
+"""After this long without delivering, while the broker names a leader for the control partition, the channel's
+producer is taken for stuck: a client that saw the partition without a leader for a moment (a single broker
+restarting, a broker fenced by its controller) may never look for the leader again. The messages it has not sent
+yet go to a new producer, in their order. The channel's consumer likewise, when it reads nothing for this long
+while the partition ends past its position."""
+
 
 @dataclass
 class ControlChannel:
@@ -195,13 +202,14 @@ class ControlChannel:
         kafka = self.kafka = KafkaClients.to(self.kafka)
         self._admin = AdminClient(kafka.config("admin"))
         ensure_control_topic(self._admin, self.topic)
-        self._producer = Producer(kafka.config("producer", {"acks": "all", "enable.idempotence": True,
-                                                            "linger.ms": 0}))
-        self._consumer = Consumer(kafka.config("consumer", {
-            "group.id": f"lakesink-control-{uuid.uuid4().hex}", "enable.auto.commit": False,
-            "auto.offset.reset": "latest", "enable.partition.eof": False, "fetch.wait.max.ms": 10}))
+        self._producer = self._new_producer()
+        self._purged: list[bytes] = []  # values of messages taken back from a stuck producer, in their order
+        self._consumer = self._new_consumer()
         self._tp = TopicPartition(self.topic, 0)
         self._replay: list[Message] = []
+        self._read_at = self._checked_at = time.monotonic()  # the last message read; the last look at the end
+        self._holding_since: float | None = None  # since when the producer holds undelivered messages
+        self._producer_checked_at = 0.0
 
     def open(self, replay_last: int = 0) -> "ControlChannel":
         """Start reading at the end; with `replay_last` > 0 first return this connector's newest START-COMMIT
@@ -234,18 +242,34 @@ class ControlChannel:
             raise ProtocolError(f"{self.role} of {self.connector!r} tried to send a message of {msg.connector!r}")
         if self.identity is not None and msg.identity is None:
             msg = replace(msg, identity=self.identity)
-        self._producer.produce(self.topic, key=self.connector.encode(), value=encode(without_secrets(msg)),
-                               partition=0)
+        self._produce(encode(without_secrets(msg)))
         self.stats[f"sent_{type(msg).__name__}"] += 1
         if flush:
             self.flush()
 
+    def _new_consumer(self) -> Consumer:
+        return Consumer(self.kafka.config("consumer", {
+            "group.id": f"lakesink-control-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "auto.offset.reset": "latest", "enable.partition.eof": False, "fetch.wait.max.ms": 10}))
+
+    def _new_producer(self) -> Producer:
+        return Producer(self.kafka.config("producer", {"acks": "all", "enable.idempotence": True, "linger.ms": 0}))
+
+    def _produce(self, value: bytes) -> None:
+        def delivered(error, _raw) -> None:
+            if error is not None and error.code() == KafkaError._PURGE_QUEUE:
+                self._purged.append(value)
+
+        self._producer.produce(self.topic, key=self.connector.encode(), value=value, partition=0,
+                               on_delivery=delivered)
+
     def flush(self, timeout_s: float = CONTROL_DELIVERY_TIMEOUT_S) -> None:
         """Wait until every message sent is delivered; a broker away for a while (a restart, a leader moving) is
-        waited for, with a WARNING every 30 s, and only one away for `timeout_s` stops the role."""
-        waited = 0.0
+        waited for, with a WARNING every 30 s, and only one away for `timeout_s` stops the role. A producer that
+        has delivered nothing for STUCK_CLIENT_S while the broker names the partition's leader is replaced."""
+        waited, warned_at, replaced_at = 0.0, 0.0, 0.0
         while True:
-            step = min(30.0, timeout_s - waited)
+            step = min(10.0, timeout_s - waited)
             remaining = self._producer.flush(step)
             if not remaining:
                 return
@@ -253,8 +277,43 @@ class ControlChannel:
             if waited >= timeout_s:
                 raise ProtocolError(f"{remaining} control message(s) not delivered to {self.topic!r} within "
                                     f"{timeout_s:g} s")
-            log.warning("%d control message(s) not delivered to %r after %.0f s: still trying (up to %.0f s)",
-                        remaining, self.topic, waited, timeout_s)
+            if waited - replaced_at >= STUCK_CLIENT_S and self._leader_known():
+                replaced_at = waited
+                self._replace_stuck_producer(waited)
+            if waited - warned_at >= 30.0:
+                warned_at = waited
+                log.warning("%d control message(s) not delivered to %r after %.0f s: still trying (up to %.0f s)",
+                            remaining, self.topic, waited, timeout_s)
+
+    def _leader_known(self) -> bool:
+        """The broker answers and names a leader for the control partition (a fresh metadata request)."""
+        try:
+            tmd = self._admin.list_topics(topic=self.topic, timeout=5).topics.get(self.topic)
+        except KafkaException:
+            return False
+        partition = None if tmd is None or tmd.error is not None else tmd.partitions.get(0)
+        return partition is not None and partition.error is None and partition.leader >= 0
+
+    def _replace_stuck_producer(self, waited: float) -> None:
+        """Take back the messages the producer has not sent (never the ones that left it: those may be written)
+        and produce them again, in their order: on a new producer when none is left in flight, else behind those
+        on the same one."""
+        self._purged = []
+        self._producer.purge(in_queue=True, in_flight=False, blocking=True)
+        self._producer.poll(0)  # the purged messages' delivery reports
+        purged, self._purged = self._purged, []
+        if not purged:
+            return
+        in_flight = len(self._producer)
+        if not in_flight:
+            self._producer = self._new_producer()
+        for value in purged:
+            self._produce(value)
+        self.stats["producers_replaced" if not in_flight else "messages_requeued"] += 1
+        log.warning("%d control message(s) to %r not sent after %.0f s although the broker names the partition's "
+                    "leader: %s", len(purged), self.topic, waited,
+                    "sending them with a new producer" if not in_flight else
+                    f"queued again behind {in_flight} in flight")
 
     def poll(self, timeout_s: float = 0.1, max_messages: int = 500) -> list[Message]:
         """Decoded messages of this connector, in control-topic order. Garbage is counted, never raised."""
@@ -262,7 +321,13 @@ class ControlChannel:
             out, self._replay = self._replay, []
             return out
         out: list[Message] = []
-        for raw in self._consumer.consume(max_messages, timeout=timeout_s):
+        self._unless_producer_stuck()
+        batch = self._consumer.consume(max_messages, timeout=timeout_s)
+        if batch:
+            self._read_at = time.monotonic()
+        else:
+            self._unless_consumer_stuck()
+        for raw in batch:
             err = raw.error()
             if err is not None:
                 self.stats["consume_errors"] += 1
@@ -282,6 +347,51 @@ class ControlChannel:
                 raise NameConflictError(conflict)
             out.append(msg)
         return out
+
+    def _unless_producer_stuck(self) -> None:
+        """For the messages sent without waiting (flush=False), which no flush watches: a producer that has held
+        messages for STUCK_CLIENT_S while the broker names the leader is replaced as in flush. Looked at every
+        10 s at most."""
+        self._producer.poll(0)  # serves the delivery reports, so that what it still holds is what is undelivered
+        now = time.monotonic()
+        if not len(self._producer):
+            self._holding_since = None
+            return
+        if self._holding_since is None:
+            self._holding_since = now
+        if now - self._holding_since < STUCK_CLIENT_S or now - self._producer_checked_at < 10.0:
+            return
+        self._producer_checked_at = now
+        if self._leader_known():
+            self._replace_stuck_producer(now - self._holding_since)
+            self._holding_since = now
+
+    def _unless_consumer_stuck(self) -> None:
+        """A consumer that has read nothing for STUCK_CLIENT_S while the partition's end (asked of the broker
+        afresh, through the admin client) lies past its position is taken for stuck: a new consumer reads on from
+        that position. Looked at every 10 s at most."""
+        now = time.monotonic()
+        if now - self._read_at < STUCK_CLIENT_S or now - self._checked_at < 10.0:
+            return
+        self._checked_at = now
+        try:
+            position = self._consumer.position([self._tp])[0].offset
+            end = self._admin.list_offsets({self._tp: OffsetSpec.latest()}, request_timeout=5)[self._tp].result(5)
+        except KafkaException:
+            return
+        if position < 0 or end.offset <= position:
+            return
+        quiet = now - self._read_at
+        stuck, self._consumer = self._consumer, self._new_consumer()
+        self._consumer.assign([TopicPartition(self.topic, 0, position)])
+        self._read_at = now
+        try:
+            stuck.close()
+        except (KafkaException, RuntimeError):
+            pass  # a client that no longer answers: it is dropped all the same
+        self.stats["consumers_replaced"] += 1
+        log.warning("the control topic %r ends at %d but nothing was read past %d for %.0f s: reading on with a new "
+                    "consumer", self.topic, end.offset, position, quiet)
 
     def _decode(self, value: bytes | None) -> Message | None:
         try:

@@ -44,6 +44,36 @@ def sanitized(name: str) -> str:
     return "".join("_" if c in PLAIN_REFUSED else c for c in name)
 
 
+def sanitized_type(kind: pa.DataType) -> pa.DataType:
+    """`kind` with every struct field name inside it `sanitized` (inside lists and maps too)."""
+    if pa.types.is_struct(kind):
+        return pa.struct([_sanitized_field(child) for child in kind])
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(sanitized_type(kind.value_type)))
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(sanitized_type(kind.value_type)))
+    if pa.types.is_map(kind):
+        return pa.map_(kind.key_field.with_type(sanitized_type(kind.key_type)),
+                       kind.item_field.with_type(sanitized_type(kind.item_type)), kind.keys_sorted)
+    return kind
+
+
+def _sanitized_field(f: pa.Field) -> pa.Field:
+    return pa.field(sanitized(f.name), sanitized_type(f.type), f.nullable, f.metadata)
+
+
+def sanitized_table(table: pa.Table) -> pa.Table:
+    """`table` with every column and nested field name `sanitized` (`field.name.policy=sanitize`); the data is not
+    copied."""
+    target = pa.schema([_sanitized_field(f) for f in table.schema], metadata=table.schema.metadata)
+    if target.equals(table.schema):
+        return table
+    columns = [column if column.type.equals(f.type) else
+               pa.chunked_array([chunk.view(f.type) for chunk in column.chunks], type=f.type)
+               for column, f in zip(table.columns, target)]
+    return pa.Table.from_arrays(columns, schema=target)
+
+
 def field_paths(schema: pa.Schema) -> Iterator[tuple[str, ...]]:
     """The path of every field a Delta schema would hold for `schema`: top-level columns and struct fields, also
     inside lists and maps (their own element/key/value names are Arrow's, not fields Delta names)."""

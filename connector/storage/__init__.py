@@ -1,1 +1,2 @@
-"""Storage the tables live on: the local S3-compatible server for demos and tests (local_s3.py)."""
+"""Storage the tables live on: where a table lives and its file operations (store.py), a store's start-up checks
+(checks.py)."""

@@ -234,8 +234,13 @@ def file_stats(meta: pq.FileMetaData) -> dict:
             if not bounded:
                 continue
             if s.has_min_max:
-                low = s.min if low is None else min(low, s.min)
-                high = s.max if high is None else max(high, s.max)
+                try:
+                    smallest, largest = s.min, s.max
+                except (OverflowError, ValueError):  # a date no Python date holds (year 0): no bounds, never a crash
+                    bounded = False
+                    continue
+                low = smallest if low is None else min(low, smallest)
+                high = largest if high is None else max(high, largest)
             elif s.null_count < meta.row_group(r).num_rows:
                 bounded = False  # values without bounds in this row group
         if nulls is None:

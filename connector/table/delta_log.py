@@ -22,8 +22,8 @@ import deltalake
 import pyarrow as pa
 from py4j.protocol import Py4JError
 
+from connector.jvm.spark import activate, cancel_job_group
 from connector.schema.widening import delta_widens
-from connector.spark import activate, cancel_job_group
 
 log = logging.getLogger(__name__)
 

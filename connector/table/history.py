@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from connector.errors import CommitError, TableHistoryError
 from connector.protocol.messages import Offsets, txn_version
 from connector.schema.columns import TOPIC
-from connector.table.sink import META_DIR, DeltaTableSink, Recovered
+from connector.table.recovery import Recovered, Recovery
+from connector.table.state import META_DIR, read_commit_metadata
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +86,10 @@ def restored_to(info: dict) -> int | None:
         return None
 
 
-def lakesink_meta(info: dict) -> dict | None:
-    """The `lakesink` object of a commit's user metadata (epoch, txn, instance, connector), None for another writer's."""
-    try:
-        meta = json.loads(info.get("userMetadata") or "{}").get("lakesink")
-    except (ValueError, AttributeError):
-        return None
-    if isinstance(meta, dict) and isinstance(meta.get("epoch"), int) and isinstance(meta.get("txn"), int):
-        return meta
-    return None
-
-
-def commit_info(sink: DeltaTableSink, version: int) -> dict | None:
+def commit_info(table: Recovery, version: int) -> dict | None:
     """The commitInfo of Delta version `version`, read from its log file ({} when it has none; None when the file is
     gone). The file, not delta-rs's history, whose entries can carry the wrong version while others commit."""
-    data = sink.store.read_bytes(f"_delta_log/{version:020d}.json")
+    data = table.store.read_bytes(f"_delta_log/{version:020d}.json")
     if data is None:
         return None
     for line in data.splitlines():
@@ -112,22 +102,22 @@ def commit_info(sink: DeltaTableSink, version: int) -> dict | None:
     return {}
 
 
-def ours(sink: DeltaTableSink, info: dict) -> int | None:
-    """The txn version of a commit of `sink`'s connector, None for another writer's, UNKNOWN when a commit of an
+def ours(table: Recovery, info: dict) -> int | None:
+    """The txn version of a commit of `table`'s connector, None for another writer's, UNKNOWN when a commit of an
     older lakesink (no connector in its user metadata) has no manifest to tell whose it is."""
-    meta = lakesink_meta(info)
+    meta = read_commit_metadata(info.get("userMetadata"))
     if meta is None:
         return None
     version = txn_version(meta["epoch"], meta["txn"])
     if "connector" in meta:
-        return version if meta["connector"] == sink.app_id else None
-    manifest = sink.read_manifest(version)
+        return version if meta["connector"] == table.app_id else None
+    manifest = table.manifests.read(version)
     if manifest is None:
         return UNKNOWN
     return version if manifest.get("instance") == meta.get("instance") else None
 
 
-def check_restore(sink: DeltaTableSink, recovered: Recovered, policy: str) -> Recovered:
+def check_restore(table: Recovery, recovered: Recovered, policy: str) -> Recovered:
     """`recovered` when the table still holds the connector's last commit. After a RESTORE that took it away:
     TableHistoryError (one line: what happened, what to do) with `policy` fail; with `reread`, the offsets (and topic
     ids) of the connector's last commit the restored table holds, from its manifest (none: the connector starts as a
@@ -136,10 +126,10 @@ def check_restore(sink: DeltaTableSink, recovered: Recovered, policy: str) -> Re
         raise ValueError(f"restore.policy must be one of {', '.join(RESTORE_POLICIES)}, got {policy!r}")
     if recovered.version is None or recovered.table_version is None:
         return recovered
-    found = restored(sink, recovered.table_version, recovered.version)
+    found = restored(table, recovered.table_version, recovered.version)
     if found is None:
         return recovered
-    what = describe(sink, found, recovered.version, recovered.offsets)
+    what = describe(table, found, recovered.version, recovered.offsets)
     undo = f"or RESTORE the table to version {found.restore - 1} (before that RESTORE) to bring the rows back"
     if policy == "fail":
         raise TableHistoryError(
@@ -155,7 +145,7 @@ def check_restore(sink: DeltaTableSink, recovered: Recovered, policy: str) -> Re
         offsets, topic_ids = {}, {}
     else:
         try:
-            offsets, topic_ids = sink.committed_at(found.kept, recovered.table_version)
+            offsets, topic_ids = table.committed_at(found.kept, recovered.table_version)
         except CommitError as exc:
             raise TableHistoryError(
                 f"{what}; restore.policy=reread needs the offsets of txn version {found.kept}, the last commit the "
@@ -166,17 +156,17 @@ def check_restore(sink: DeltaTableSink, recovered: Recovered, policy: str) -> Re
     return replace(recovered, offsets=offsets, topic_ids=topic_ids)
 
 
-def restored(sink: DeltaTableSink, current: int, last: int) -> Restored | None:
+def restored(table: Recovery, current: int, last: int) -> Restored | None:
     """find_restore over the table's log: whether Delta version `current` still holds the connector's commit of txn
     version `last`."""
-    return find_restore(lambda v: commit_info(sink, v), current, last, lambda info: ours(sink, info))
+    return find_restore(lambda v: commit_info(table, v), current, last, lambda info: ours(table, info))
 
 
-def describe(sink: DeltaTableSink, found: Restored, last: int, offsets: Offsets) -> str:
+def describe(table: Recovery, found: Restored, last: int, offsets: Offsets) -> str:
     """What a RESTORE that took the connector's commit of txn version `last` (with `offsets`) away did, in one line."""
     target = f"version {found.target}" if found.target is not None else "a timestamp"
-    return (f"{sink.table_path} was RESTOREd (Delta version {found.restore}) to {target}, before the last commit of "
-            f"connector {sink.app_id} (txn version {last}): rows it committed are gone from the table, while its "
+    return (f"{table.table_path} was RESTOREd (Delta version {found.restore}) to {target}, before the last commit of "
+            f"connector {table.app_id} (txn version {last}): rows it committed are gone from the table, while its "
             f"committed offsets ({_fmt(offsets)}), which Delta keeps through a RESTORE, would resume after them")
 
 
@@ -191,33 +181,33 @@ class Neighbours:
         return bool(self.connectors or self.rows)
 
 
-def neighbours(sink: DeltaTableSink, topics: Iterable[str]) -> Neighbours:
+def neighbours(table: Recovery, topics: Iterable[str]) -> Neighbours:
     """The other connectors whose committed offsets (their state under `_lakesink/<name>/`) cover any of `topics`,
     and which of `topics` have rows in the table. Connectors of other topics are not neighbours: several connectors
     may share a table."""
     wanted = sorted(set(topics))
     names = set()
-    for info in sink.store.list(META_DIR, recursive=True):
-        parts = sink.store.relative(info.path).split("/")
-        if len(parts) == 4 and parts[0] == META_DIR and parts[2] == "commits" and parts[1] != sink.app_id:
+    for info in table.store.list(META_DIR, recursive=True):
+        parts = table.store.relative(info.path).split("/")
+        if len(parts) == 4 and parts[0] == META_DIR and parts[2] == "commits" and parts[1] != table.app_id:
             names.add(parts[1])
     connectors: dict[str, tuple[str, ...]] = {}
     for name in sorted(names):
         try:
-            offsets = DeltaTableSink(sink.table_path, name, store=sink.store).recover().offsets
+            offsets = Recovery.of(table.store, table.table_path, name).recover().offsets
         except CommitError as exc:  # its state is unreadable: its rows, if any, are found below
-            log.debug("the state of connector %s in %s is unreadable: %s", name, sink.table_path, exc)
+            log.debug("the state of connector %s in %s is unreadable: %s", name, table.table_path, exc)
             continue
         shared = sorted({t for t, _ in offsets} & set(wanted))
         if shared:
             connectors[name] = tuple(shared)
-    return Neighbours(connectors, _topics_with_rows(sink, wanted))
+    return Neighbours(connectors, _topics_with_rows(table, wanted))
 
 
-def _topics_with_rows(sink: DeltaTableSink, topics: list[str]) -> tuple[str, ...]:
+def _topics_with_rows(table: Recovery, topics: list[str]) -> tuple[str, ...]:
     import pyarrow.dataset as ds
 
-    dt = sink.delta()
+    dt = table.snapshot.delta()
     if dt is None or not topics or TOPIC not in dt.schema().to_arrow().names:
         return ()
     dataset = dt.to_pyarrow_dataset()
@@ -228,7 +218,7 @@ def _topics_with_rows(sink: DeltaTableSink, topics: list[str]) -> tuple[str, ...
     return tuple(found)
 
 
-def check_rename(sink: DeltaTableSink, recovered: Recovered, topics: Iterable[str], policy: str,
+def check_rename(table: Recovery, recovered: Recovered, topics: Iterable[str], policy: str,
                  auto_offset_reset: str) -> None:
     """A connector with no committed offsets in a table that holds another connector's state or rows of its topics:
     TableHistoryError with `policy` fail (one line naming them and what to do), a WARNING with `ignore`."""
@@ -236,7 +226,7 @@ def check_rename(sink: DeltaTableSink, recovered: Recovered, topics: Iterable[st
         raise ValueError(f"rename.policy must be one of {', '.join(RENAME_POLICIES)}, got {policy!r}")
     if recovered.version is not None or recovered.table_version is None:
         return
-    found = neighbours(sink, topics)
+    found = neighbours(table, topics)
     if not found:
         return
     held = []
@@ -246,13 +236,13 @@ def check_rename(sink: DeltaTableSink, recovered: Recovered, topics: Iterable[st
     if found.rows:
         held.append(f"rows of topic(s) {', '.join(found.rows)} ({TOPIC})")
     shared = sorted({t for ts in found.connectors.values() for t in ts} | set(found.rows))
-    what = (f"connector {sink.app_id} has no committed offsets in {sink.table_path}, which already holds "
+    what = (f"connector {table.app_id} has no committed offsets in {table.table_path}, which already holds "
             f"{' and '.join(held)}: it would read {', '.join(shared)} again from kafka.auto.offset.reset="
             f"{auto_offset_reset} (appended, every record a second time)")
     if policy == "ignore":
         log.warning("%s; rename.policy=ignore: going on", what)
         return
-    rename = (f"if {sink.app_id} is {' or '.join(found.connectors)} renamed, set name={next(iter(found.connectors))} "
+    rename = (f"if {table.app_id} is {' or '.join(found.connectors)} renamed, set name={next(iter(found.connectors))} "
               f"again; " if found.connectors else "")
     raise TableHistoryError(f"{what}. Nothing was read or committed: {rename}to read these topics into this table "
                             f"again knowingly, set rename.policy=ignore")

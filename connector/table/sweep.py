@@ -15,7 +15,6 @@ connector.table.datafiles.TEMPORARY) is never part of a table: it goes by the fi
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from connector.faults import fault_point
 from connector.protocol.messages import txn_version
 from connector.table.datafiles import TEMPORARY, data_file_prefix
-from connector.table.sink import META_DIR, state_prefix
+from connector.table.state import META_DIR, read_commit_metadata, state_prefix
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +110,8 @@ def _committed(dt) -> tuple[set[tuple[int, int]], float]:
     entries = dt.history(HISTORY_LIMIT)
     committed: set[tuple[int, int]] = set()
     for entry in entries:
-        try:
-            meta = json.loads(entry.get("userMetadata") or "{}").get("lakesink")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(meta, dict) and isinstance(meta.get("epoch"), int) and isinstance(meta.get("txn"), int):
+        meta = read_commit_metadata(entry.get("userMetadata"))
+        if meta is not None:
             committed.add((meta["epoch"], meta["txn"]))
     if len(entries) < HISTORY_LIMIT:
         return committed, 0.0

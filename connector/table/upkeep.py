@@ -24,7 +24,8 @@ import pyarrow.compute as pc
 
 from connector.clock import Clock, SystemClock
 from connector.faults import fault_during
-from connector.spark import cancel_job_group
+from connector.jvm.spark import cancel_job_group
+from connector.schema.encoding import SPARK_SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,8 @@ class Upkeep:
             # delta-spark 4.4 ignores VACUUM's RETAIN (other than 0) by default and keeps the table's
             # delta.deletedFileRetentionDuration instead: vacuum.retention.hours would do nothing
             conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
+            for key, value in SPARK_SETTINGS.items():  # OPTIMIZE rewrites files as every other path writes them
+                conf.set(key, value)
             cores = str(max(1, session.sparkContext.defaultParallelism))
             for key in PARALLELISM:
                 if key not in self.settings.own_parallelism:

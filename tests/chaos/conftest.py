@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.harness import Cluster
+from testkit.chaos import Cluster
 
 
 @pytest.fixture

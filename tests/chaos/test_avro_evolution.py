@@ -37,10 +37,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from testkit import LakesinkProcess, chaos_config, files_in_flight, open_table, process_state, wait_until
-from connector.app.verify import read_committed
+from connector.app.verify_table import read_committed
 from connector.config import load_config
-from tests.support import read_topic
+from testkit import LakesinkProcess, chaos_config, files_in_flight, open_table, wait_until
+from testkit.chaos import stopped_again
+from testkit.kafka import read_topic
+from testkit.pipeline import CLASS, MESSAGE
 
 pytestmark = pytest.mark.chaos
 
@@ -54,8 +56,6 @@ V3_MORE = range(2000, 2100)  # after the restart, before v4: the process has see
 V4 = range(2100, 2200)  # incompatible: dead-lettered
 V3_TAIL = range(2200, 2900)  # after the v4 records
 TOTAL = V3_TAIL.stop
-CLASS = "__connect.errors.exception.class.name"
-MESSAGE = "__connect.errors.exception.message"
 
 
 # --- the four writer schemas ----------------------------------------------------------------------------------
@@ -172,19 +172,6 @@ def _has_zip(table) -> bool:
     return address is not None and address.type.get_field_index("zip") >= 0
 
 
-def _stopped_again(run: LakesinkProcess, step: str, seen: int) -> int:
-    """Wait until the process has stopped itself at `step` once more than `seen` times; the new count."""
-    marker = f"fault injection: pause at {step}"
-
-    def stopped():
-        if run.proc.poll() is not None:
-            raise AssertionError(f"lakesink run exited ({run.proc.returncode}):\n{run.tail()}")
-        count = Path(run.log_path).read_text(errors="replace").count(marker)
-        return count if count > seen and process_state(run.proc.pid) == "T" else None
-
-    return wait_until(stopped, 120, f"lakesink run to stop at {step} ({run.log_path})", interval_s=0.05)
-
-
 def _paused_run(c, step: str, n: int, tmp_path) -> LakesinkProcess:
     run = LakesinkProcess("run", c.config, tmp_path / f"{n:02d}-run-paused-at-{step.replace('.', '-')}.log",
                           env={"LAKESINK_FAULT": step, "LAKESINK_FAULT_ACTION": "pause",
@@ -217,7 +204,7 @@ def test_avro_evolution_v1_v2_v3_with_two_kills_and_an_incompatible_v4_dead_lett
     pauses, phase, deadline = 0, 1, time.monotonic() + 150
     while True:
         assert time.monotonic() < deadline, f"no first kill within 150 s (phase v{phase}, {pauses} pauses)"
-        pauses = _stopped_again(run, STAGED, pauses)
+        pauses = stopped_again(run, STAGED, pauses)
         if phase == 1 and _committed(cfg) == producer.ends():
             assert _fields(c.table)["n"].type == pa.int32() and "note" not in _fields(c.table)
             producer.send(V2, version=2)
@@ -237,7 +224,7 @@ def test_avro_evolution_v1_v2_v3_with_two_kills_and_an_incompatible_v4_dead_lett
     pauses, deadline = 0, time.monotonic() + 150
     while True:
         assert time.monotonic() < deadline, f"no second kill within 150 s (phase v{phase}, {pauses} pauses)"
-        pauses = _stopped_again(run, COMMITTED, pauses)
+        pauses = stopped_again(run, COMMITTED, pauses)
         if phase == 2 and _committed(cfg) == producer.ends():
             fields = _fields(c.table)
             assert fields["n"].type == pa.int64() and {"note", "level"} <= set(fields) and not _has_zip(c.table)

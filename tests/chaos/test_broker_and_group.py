@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testkit import chaos_config, files_in_flight, wait_until
-from tests.chaos.harness import PARTICIPANT_STEPS, expected_ranges
+from testkit.chaos import PARTICIPANT_STEPS, expected_ranges
 
 pytestmark = pytest.mark.chaos
 

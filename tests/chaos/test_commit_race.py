@@ -1,5 +1,5 @@
 """Two coordinator processes of one connector race each other's commits on an S3 table for at least 40 table
-versions. At each takeover a loopback proxy (tests/s3proxy.py) holds
+versions. At each takeover a loopback proxy (testkit/s3proxy.py) holds
 the live coordinator's next Delta log PUT until a newly started coordinator, which recovered the table without that
 version and claims it, PUTs the same log version: the two PUTs go on together. The loser steps down and the race
 goes on from the survivor. Every record lands exactly once, no log file is ever written twice, and every commit a
@@ -18,10 +18,10 @@ from dataclasses import replace
 
 import pytest
 
-from testkit import chaos_config, lakesink_commits, open_table, wait_until
 from connector.storage.store import Store
-from tests.chaos.harness import expected_ranges
-from tests.s3proxy import S3Proxy
+from testkit import chaos_config, lakesink_commits, open_table, wait_until
+from testkit.chaos import expected_ranges
+from testkit.s3proxy import S3Proxy
 
 pytestmark = pytest.mark.chaos
 

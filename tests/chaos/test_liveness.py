@@ -12,7 +12,7 @@ import pytest
 from connector.protocol.channel import read_tail
 from connector.protocol.messages import AckCommit, Assignment, StartCommit, WriteStatus
 from testkit import chaos_config, wait_until
-from tests.chaos.harness import expected_ranges
+from testkit.chaos import expected_ranges
 
 pytestmark = pytest.mark.chaos
 
@@ -139,7 +139,7 @@ def test_a_round_waiting_for_a_dead_worker_says_so_and_its_restart_ends_the_wait
     import sys
     import urllib.request
 
-    from connector.kafka.local import free_port
+    from connector.local.ports import free_port
 
     interval_ms, port = 2000, free_port()
     topic = make_topic(partitions=2)

@@ -9,7 +9,6 @@ concurrent append has written but not committed yet, for any Delta writer; that 
 guards against, not something a connector can prevent."""
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from pathlib import Path
@@ -17,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from testkit import chaos_config, files_in_flight, wait_until
-from tests.chaos.harness import expected_ranges
+from testkit.chaos import expected_ranges
+from testkit.spark import small_table_conf
 
 pytestmark = pytest.mark.chaos
 
@@ -39,25 +39,6 @@ def txn_version(path, app_id):
 def test_optimize_checkpoint_log_cleanup_and_vacuum(spark, kafka_bootstrap, make_topic, tmp_path, cluster_of):
     with small_table_conf(spark):
         _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluster_of)
-
-
-@contextlib.contextmanager
-def small_table_conf(spark):
-    """SMALL_TABLE_CONF on the session for a block: the session's Spark is shared, so it is restored after."""
-    saved = {key: spark.conf.get(key, None) for key in SMALL_TABLE_CONF}
-    for key, value in SMALL_TABLE_CONF.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
-
-
-# A small table on two busy cores: one task per snapshot/shuffle stage, and VACUUM's file listing in 2 tasks
-# instead of up to 10000 (35 s -> 4 s).
-SMALL_TABLE_CONF = {"spark.sql.shuffle.partitions": "1", "spark.databricks.delta.snapshotPartitions": "1",
-                    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
 
 
 def _maintain_while_sinking(spark, kafka_bootstrap, make_topic, tmp_path, cluster_of):

@@ -18,11 +18,11 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from testkit import LakesinkProcess, chaos_config, create_topic, wait_until
 from connector.config import load_config
 from connector.routing import plan
 from connector.table.sink import DeltaTableSink
-from tests.support import read_topic
+from testkit import LakesinkProcess, chaos_config, create_topic, wait_until
+from testkit.kafka import read_topic
 
 pytestmark = pytest.mark.chaos
 

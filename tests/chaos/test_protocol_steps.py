@@ -11,7 +11,7 @@ import time
 import pytest
 
 from testkit import chaos_config
-from tests.chaos.harness import COORDINATOR_STEPS, expected_ranges
+from testkit.chaos import COORDINATOR_STEPS, expected_ranges
 
 pytestmark = pytest.mark.chaos
 

@@ -21,17 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from testkit import (
-    LakesinkProcess,
-    chaos_config,
-    exactly_once,
-    files_in_flight,
-    open_table,
-    process_state,
-    wait_until,
-)
-from connector.app.verify import read_columns
-from tests.chaos.harness import expected_ranges
+from connector.app.verify_table import read_columns
+from testkit import LakesinkProcess, chaos_config, exactly_once, files_in_flight, open_table
+from testkit.chaos import expected_ranges, stopped_again
 
 pytestmark = pytest.mark.chaos
 
@@ -143,7 +135,7 @@ def test_new_optional_column_mid_stream_with_a_kill_in_the_first_transaction_tha
     deadline = time.monotonic() + 150
     while killed_with is None:
         assert time.monotonic() < deadline, f"no kill point within 150 s (phase {phase}, {pauses} pauses)"
-        pauses = _next_pause(run, pauses)
+        pauses = stopped_again(run, STEP, pauses)
         if phase == "old" and exactly_once(c.table, expected_ranges(topic, producer.ends())):
             assert "note" not in _columns(c.table)
             # mid-stream the producer switches: the old schema's last records and the new one's first in one go
@@ -198,14 +190,3 @@ def test_new_optional_column_mid_stream_with_a_kill_in_the_first_transaction_tha
     c.verify()
 
 
-def _next_pause(run: LakesinkProcess, seen: int) -> int:
-    """Wait until the process has stopped itself at the step once more than `seen` times; the new count."""
-    marker = f"fault injection: pause at {STEP}"
-
-    def stopped_again():
-        if run.proc.poll() is not None:
-            raise AssertionError(f"lakesink run exited ({run.proc.returncode}):\n{run.tail()}")
-        count = Path(run.log_path).read_text(errors="replace").count(marker)
-        return count if count > seen and process_state(run.proc.pid) == "T" else None
-
-    return wait_until(stopped_again, 120, f"lakesink run to stop at {STEP} ({run.log_path})", interval_s=0.05)

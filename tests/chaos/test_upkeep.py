@@ -10,11 +10,20 @@ import time
 
 import pytest
 
-from testkit import chaos_config, wait_until
 from connector.table.sink import DeltaTableSink
-from tests.chaos.harness import Cluster
-from tests.chaos.test_maintenance import small_table_conf
-from tests.chaos.test_upsert import PARTITIONS, _committed, _ends, _events, _fold, _produce, _table_rows, config_name
+from testkit import chaos_config, wait_until
+from testkit.changelog import (
+    PARTITIONS,
+    changelog_ends,
+    changelog_events,
+    changelog_rows,
+    committed_per_partition,
+    config_name,
+    fold_changelog,
+    produce_changelog,
+)
+from testkit.chaos import Cluster
+from testkit.spark import small_table_conf
 
 pytestmark = pytest.mark.chaos
 
@@ -26,7 +35,7 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
     rng = random.Random(29)
     changes = [(rng.randrange(120), rng.choice(("upsert",) * 4 + ("delete",)), rng.randrange(1, 10_000),
                 rng.randrange(1_000_000), rng.random() < 0.1) for _ in range(400)]
-    events = list(_events(changes, "offset-hard", tombstones=True))
+    events = list(changelog_events(changes, "offset-hard", tombstones=True))
     topic = make_topic(partitions=PARTITIONS)
     config = chaos_config(tmp_path, kafka_bootstrap, topic, **{
         "write.mode": "upsert", "delete.enabled": "true", "value.envelope": "debezium", "compaction.min.files": 2})
@@ -38,7 +47,8 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
     table = c.table.root.key
     own = {"optimize": 0, "vacuum": 0, "conflicts": 0}
     try:
-        producing = threading.Thread(target=_produce, args=(kafka_bootstrap, topic, events, 0.03, stop), daemon=True)
+        producing = threading.Thread(target=produce_changelog, args=(kafka_bootstrap, topic, events, 0.03, stop),
+                                     daemon=True)
         producing.start()
         worker = c.start("worker")
         for step, settings in zip(UPKEEP_STEPS, (config, vacuuming)):
@@ -49,10 +59,10 @@ def test_kills_inside_optimize_and_vacuum_and_a_users_maintenance_beside_upserts
         with small_table_conf(spark):
             _maintain(spark, table, own, producing, c, (worker, coordinator))
         sink = DeltaTableSink(str(table), config_name(config), store=c.table)
-        ends = _ends(events)
-        wait_until(lambda: c.assert_alive(worker, coordinator) or _committed(sink) == ends, 240,
+        ends = changelog_ends(events)
+        wait_until(lambda: c.assert_alive(worker, coordinator) or committed_per_partition(sink) == ends, 240,
                    f"offsets {ends} committed")
-        got, want = _table_rows(c.table, "offset-hard"), _fold(events, "offset-hard")
+        got, want = changelog_rows(c.table, "offset-hard"), fold_changelog(events, "offset-hard")
         operations = [h.get("operation") for h in sink.delta().history()]
         report(f"upkeep under kills: coordinator killed in its OPTIMIZE and its VACUUM, user's maintenance {own}; "
                f"{len(events)} events, {len(want)} live keys, {operations.count('OPTIMIZE')} OPTIMIZE and "

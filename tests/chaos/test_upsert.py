@@ -8,7 +8,6 @@ Two orders: Kafka offset order with hard deletes (tombstones and op=d), and a so
 table's row must not overwrite it."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -16,14 +15,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testkit import chaos_config, open_table, wait_until
 from connector.table.sink import DeltaTableSink
-from tests.chaos.harness import Cluster
+from testkit import chaos_config, wait_until
+from testkit.changelog import (
+    PARTITIONS,
+    changelog_ends,
+    changelog_events,
+    changelog_rows,
+    committed_per_partition,
+    config_name,
+    fold_changelog,
+    produce_changelog,
+)
+from testkit.chaos import Cluster
 
 pytestmark = pytest.mark.chaos
 
 KEYS = 300
-PARTITIONS = 2
 
 # one change: (key, kind, position, amount, produced twice); the i-th change's key is spread by its index, so that
 # even hypothesis's simplest changelog (its first example) writes hundreds of keys
@@ -54,17 +62,18 @@ def test_random_changelogs_with_kills_end_as_their_fold(order, kafka_bootstrap, 
 
 def _sink_and_compare(order, changes, tombstones, kills, coordinator_kill, bootstrap, make_topic, tmp_path, report):
     topic = make_topic(partitions=PARTITIONS)
-    events = list(_events(changes, order, tombstones))
+    events = list(changelog_events(changes, order, tombstones))
     config = chaos_config(tmp_path, bootstrap, topic, **{"write.mode": "upsert", "delete.enabled": "true",
                                                           "value.envelope": "debezium", **ORDERS[order]})
     c = Cluster(tmp_path, config)
     try:
         half = len(events) // 2
-        _produce(bootstrap, topic, events[:half])
+        produce_changelog(bootstrap, topic, events[:half])
         worker = c.start("worker")
         coordinator = c.start("coordinator")
         sink = DeltaTableSink(str(c.table.root.key), config_name(config), store=c.table)
-        wait_until(lambda: c.assert_alive(worker, coordinator) or any(_committed(sink)), 120, "a first commit")
+        wait_until(lambda: c.assert_alive(worker, coordinator) or any(committed_per_partition(sink)), 120,
+                   "a first commit")
         started = time.monotonic()  # the kills fall among the commits that follow
         moments = sorted([(t, "worker") for t in kills] + [(coordinator_kill, "coordinator")])
         for i, (at, role) in enumerate(moments):
@@ -76,107 +85,17 @@ def _sink_and_compare(order, changes, tombstones, kills, coordinator_kill, boots
                 coordinator.kill()
                 coordinator = c.start("coordinator")
             if i == 0:  # the rest of the changelog arrives while the processes die and come back
-                _produce(bootstrap, topic, events[half:])
-        ends = _ends(events)
-        wait_until(lambda: c.assert_alive(worker, coordinator) or _committed(sink) == ends, 240,
+                produce_changelog(bootstrap, topic, events[half:])
+        ends = changelog_ends(events)
+        wait_until(lambda: c.assert_alive(worker, coordinator) or committed_per_partition(sink) == ends, 240,
                    f"offsets {ends} committed")
-        got = _table_rows(c.table, order)
-        want = _fold(events, order)
+        got = changelog_rows(c.table, order)
+        want = fold_changelog(events, order)
         report(f"changelog {order}: {len(events)} events, {len(want)} live keys, {len(kills)} worker and 1 "
                f"coordinator SIGKILL(s): table {len(got)} live rows")
         assert got == want
     finally:
         c.close()
-
-
-def _events(changes, order, tombstones):
-    """(partition, key, value) records: Debezium envelopes without the schema wrapper, a duplicate produced twice,
-    a delete followed by its tombstone when `tombstones`."""
-    alive: set[int] = set()
-    for key, kind, position, amount, twice in changes:
-        if kind == "delete":
-            before = {"id": key, "amount": None, "name": None}
-            value = {"before": before, "after": None, "op": "d", "source": {"lsn": position, "ts_ms": position},
-                     "ts_ms": position}
-            alive.discard(key)
-        else:
-            op = "u" if key in alive else ("r" if position % 7 == 0 else "c")
-            after = {"id": key, "amount": amount, "name": f"n{amount % 97}"}
-            value = {"before": None, "after": after, "op": op, "source": {"lsn": position, "ts_ms": position},
-                     "ts_ms": position}
-            alive.add(key)
-        for _ in range(2 if twice else 1):
-            yield key % PARTITIONS, key, value
-        if kind == "delete" and tombstones:
-            yield key % PARTITIONS, key, None
-
-
-def _fold(events, order) -> dict[int, tuple]:
-    """key -> (amount, name) of the rows a reader sees as live, computed independently of lakesink."""
-    winner: dict[int, tuple] = {}
-    offsets = [0] * PARTITIONS
-    for partition, key, value in events:
-        offset = offsets[partition]
-        offsets[partition] += 1
-        position = (value or {}).get("source", {}).get("lsn")
-        rank = (position, offset) if order == "lsn-soft" else (offset,)
-        if value is None:  # a tombstone: offset order only
-            winner[key] = (rank, None)
-            continue
-        if key not in winner or rank >= winner[key][0]:
-            winner[key] = (rank, value["after"])
-    return {k: (row["amount"], row["name"]) for k, (_, row) in winner.items() if row is not None}
-
-
-def _produce(bootstrap, topic, events, pause_s: float = 0.0, stop: threading.Event | None = None) -> None:
-    """Produce `events` in order (a pause after each when `pause_s`), every one acknowledged."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for partition, key, value in events:
-        if stop is not None and stop.is_set():
-            return
-        producer.produce(topic, partition=partition, key=json.dumps({"id": key}).encode(),
-                         value=None if value is None else json.dumps(value).encode())
-        if pause_s:
-            producer.poll(0)
-            time.sleep(pause_s)
-    assert producer.flush(30) == 0
-
-
-def _ends(events) -> dict:
-    counts = [0] * PARTITIONS
-    for partition, _, _ in events:
-        counts[partition] += 1
-    return counts
-
-
-def _committed(sink) -> list[int]:
-    sink._table = None  # a fresh snapshot every time
-    offsets = sink.recover().offsets
-    return [next((o for (_, p), o in offsets.items() if p == partition), 0) or 0 for partition in range(PARTITIONS)]
-
-
-def config_name(config) -> str:
-    from connector.config import load_config
-
-    return load_config(config).name
-
-
-def _table_rows(table, order) -> dict[int, tuple]:
-    from connector.app.verify import read_columns
-
-    dt = open_table(table)
-    names = ["id", "amount", "name"] + (["_deleted"] if order == "lsn-soft" else [])
-    data = read_columns(dt, names).to_pylist()  # deletion vectors applied
-    rows = {}
-    for r in data:
-        if order == "lsn-soft" and r.get("_deleted"):
-            continue
-        assert r["id"] not in rows, f"key {r['id']} twice in the table"
-        rows[r["id"]] = (r["amount"], r["name"])
-    return rows
-
 
 
 MERGE_STEPS = (("coordinator.after-manifest", 2),  # the txn's manifest is written, the MERGE not yet run
@@ -185,21 +104,29 @@ MERGE_STEPS = (("coordinator.after-manifest", 2),  # the txn's manifest is writt
 
 
 def test_coordinator_killed_before_during_and_after_a_merge_commit(kafka_bootstrap, make_topic, tmp_path, report):
-    """A fixed changelog of 1200 changes over 150 keys (with duplicates and tombstones), applied while the coordinator dies just before a MERGE,
-    inside it and just after its commit: no change lost, none applied twice (the table equals the fold)."""
+    """A changelog over 150 keys (with duplicates and tombstones) that keeps arriving until the coordinator has died
+    just before a MERGE, inside it and just after its commit: no change lost, none applied twice (the table equals
+    the fold). Changes arrive until the last fault has fired, so that every armed coordinator has transactions to
+    commit however long its Spark takes."""
     import random
 
     rng = random.Random(17)
-    changes = [(rng.randrange(150), rng.choice(("upsert",) * 4 + ("delete",)), rng.randrange(1, 10_000),
-                rng.randrange(1_000_000), rng.random() < 0.1) for _ in range(1200)]
-    events = list(_events(changes, "offset-hard", tombstones=True))
+
+    def changelog():
+        while True:
+            yield (rng.randrange(150), rng.choice(("upsert",) * 4 + ("delete",)), rng.randrange(1, 10_000),
+                   rng.randrange(1_000_000), rng.random() < 0.1)
+
+    produced: list = []
     topic = make_topic(partitions=PARTITIONS)
     config = chaos_config(tmp_path, kafka_bootstrap, topic, **{"write.mode": "upsert", "delete.enabled": "true",
                                                                 "value.envelope": "debezium"})
     c = Cluster(tmp_path, config)
     stop = threading.Event()
     try:
-        producing = threading.Thread(target=_produce, args=(kafka_bootstrap, topic, events, 0.03, stop), daemon=True)
+        producing = threading.Thread(target=produce_changelog, daemon=True,
+                                     args=(kafka_bootstrap, topic, changelog_events(changelog(), "offset-hard", True),
+                                           0.03, stop, produced))
         producing.start()  # changes keep arriving while the coordinators die
         worker = c.start("worker")
         sink = DeltaTableSink(str(c.table.root.key), config_name(config), store=c.table)
@@ -208,13 +135,14 @@ def test_coordinator_killed_before_during_and_after_a_merge_commit(kafka_bootstr
             c.wait_fault(coordinator)
             c.assert_alive(worker)
         coordinator = c.start("coordinator")
-        producing.join(120)
+        stop.set()
+        producing.join(60)
         assert not producing.is_alive()
-        produced = events
-        ends = _ends(produced)
-        wait_until(lambda: c.assert_alive(worker, coordinator) or _committed(sink) == ends, 240,
+        assert len(produced) > 100, f"only {len(produced)} events produced"
+        ends = changelog_ends(produced)
+        wait_until(lambda: c.assert_alive(worker, coordinator) or committed_per_partition(sink) == ends, 240,
                    f"offsets {ends} committed")
-        got, want = _table_rows(c.table, "offset-hard"), _fold(produced, "offset-hard")
+        got, want = changelog_rows(c.table, "offset-hard"), fold_changelog(produced, "offset-hard")
         report(f"MERGE commits with the coordinator killed at {', '.join(s for s, _ in MERGE_STEPS)}: "
                f"{len(produced)} events, {len(want)} live keys, table {len(got)} rows")
         assert c.faults_fired == [s for s, _ in MERGE_STEPS]

@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from testkit import chaos_config, lakesink_commits, wait_until
-from tests.chaos.harness import expected_ranges
+from testkit.chaos import expected_ranges
 
 pytestmark = pytest.mark.chaos
 

@@ -40,7 +40,7 @@ def _tasks_by_executor(spark) -> dict[str, int]:
 def main() -> None:
     args = json.loads(sys.argv[1])
     table = args["table"]
-    from connector.spark import get_spark
+    from connector.jvm.spark import get_spark
 
     started = time.monotonic()
     spark = get_spark("lakesink-cluster-proof", master=args["conf"]["spark.master"], conf=args["conf"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.spark import DRIVER_JAVA_OPTIONS
+from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from connector.errors import SetupError
-from connector.kafka.local import LocalKafka, new_cluster_id
+from connector.local.kafka import LocalKafka, new_cluster_id
 
 pytestmark = pytest.mark.integration
 

@@ -4,29 +4,19 @@ a compacted topic with plain keys, Debezium truncates and unavailable values in 
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from confluent_kafka import Producer
 
-from connector.config import config_from_dict
 from connector.upsert import CDC_OP, CDC_SOURCE_POSITION, UNAVAILABLE_VALUE
-from tests.integration.test_table_features import Sink
-from tests.support import drain
+from testkit.debezium import pg_change
+from testkit.pipeline import Sink, drain_records, inprocess_config
 
 pytestmark = pytest.mark.integration
 
-DRAIN_S = 150
-
 
 def _config(tmp_path, bootstrap, topic, **extra):
-    name = f"cdc-{uuid.uuid4().hex[:8]}"
-    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
-                "control.topic.name": f"control-{name}", "target.base.path": str(tmp_path / "tables"),
-                "target.table.name": "t", "transaction.interval.ms": "1000",
-                "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000"}
-    settings.update({k: str(v) for k, v in extra.items()})
-    return config_from_dict(settings)
+    return inprocess_config("cdc", bootstrap, topic, tmp_path / "tables" / "t", **extra)
 
 
 def _produce(bootstrap, topic, records: list[tuple[int, bytes | None, dict | None]]) -> None:
@@ -38,21 +28,8 @@ def _produce(bootstrap, topic, records: list[tuple[int, bytes | None, dict | Non
     assert producer.flush(30) == 0
 
 
-def _drain(sink, cfg, ends: dict[tuple[str, int], int], what: str) -> None:
-    drain(sink, cfg, ends, what, DRAIN_S)
-
-
 def _rows(spark, cfg) -> list[dict]:
     return [r.asDict() for r in spark.read.format("delta").load(cfg.table_path).collect()]
-
-
-def _pg(op: str, lsn: int, after=None, before=None) -> dict:
-    """A Debezium PostgreSQL change event (value.converter.schemas.enable=false), shaped as Debezium's docs show."""
-    return {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000 + lsn, "transaction": None,
-            "source": {"version": "2.5.0.Final", "connector": "postgresql", "name": "dbserver1",
-                       "ts_ms": 1_700_000_000_000 + lsn, "snapshot": "false", "db": "inventory",
-                       "sequence": f'["{lsn - 1}","{lsn}"]', "schema": "public", "table": "customers",
-                       "txId": 500 + lsn, "lsn": lsn, "xmin": None}}
 
 
 def test_a_compacted_topic_with_plain_keys_upserts_and_deletes_by_its_tombstones(kafka_bootstrap, make_topic,
@@ -65,9 +42,9 @@ def test_a_compacted_topic_with_plain_keys_upserts_and_deletes_by_its_tombstones
     _produce(kafka_bootstrap, topic, [(0, b"123", {"id": 123, "name": "a"}), (0, b"124", {"id": 124, "name": "b"}),
                                       (0, b"123", None), (0, b"125", {"id": 125, "name": "c"})])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, {(topic, 0): 4}, "the plain-keyed stream merged")
+        drain_records(sink, cfg, {(topic, 0): 4}, "the plain-keyed stream merged")
         _produce(kafka_bootstrap, topic, [(0, b"124", None), (0, b"125", {"id": 125, "name": "c2"})])
-        _drain(sink, cfg, {(topic, 0): 6}, "its tombstones merged")
+        drain_records(sink, cfg, {(topic, 0): 6}, "its tombstones merged")
     assert {r["id"]: r["name"] for r in _rows(spark, cfg)} == {125: "c2"}
 
 
@@ -83,15 +60,15 @@ def test_debezium_truncates_delete_the_rows_they_follow_and_unavailable_values_k
         "delete.truncate.enabled": "true"})
     bio = "x" * 50
     _produce(kafka_bootstrap, topic, [
-        (0, b'{"id":1}', _pg("c", 10, after={"id": 1, "name": "a", "bio": bio})),
-        (0, b'{"id":2}', _pg("c", 20, after={"id": 2, "name": "b", "bio": bio})),
-        (0, b'{"id":3}', _pg("c", 40, after={"id": 3, "name": "c", "bio": bio})),
-        (1, None, _pg("t", 30)),
-        (0, b'{"id":3}', _pg("u", 50, after={"id": 3, "name": "c2", "bio": UNAVAILABLE_VALUE}))])
+        (0, b'{"id":1}', pg_change("c", 10, after={"id": 1, "name": "a", "bio": bio})),
+        (0, b'{"id":2}', pg_change("c", 20, after={"id": 2, "name": "b", "bio": bio})),
+        (0, b'{"id":3}', pg_change("c", 40, after={"id": 3, "name": "c", "bio": bio})),
+        (1, None, pg_change("t", 30)),
+        (0, b'{"id":3}', pg_change("u", 50, after={"id": 3, "name": "c2", "bio": UNAVAILABLE_VALUE}))])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, {(topic, 0): 4, (topic, 1): 1}, "the stream with a truncate merged")
-        _produce(kafka_bootstrap, topic, [(1, None, _pg("t", 35))])  # late, and before row 3's changes: no effect
-        _drain(sink, cfg, {(topic, 0): 4, (topic, 1): 2}, "a late truncate merged")
+        drain_records(sink, cfg, {(topic, 0): 4, (topic, 1): 1}, "the stream with a truncate merged")
+        _produce(kafka_bootstrap, topic, [(1, None, pg_change("t", 35))])  # late, and before row 3's changes: no effect
+        drain_records(sink, cfg, {(topic, 0): 4, (topic, 1): 2}, "a late truncate merged")
     rows = _rows(spark, cfg)
     assert [(r["id"], r["name"], r["bio"]) for r in rows] == [(3, "c2", bio)]
     assert rows[0][CDC_SOURCE_POSITION] == f"{50:020d}" and rows[0][CDC_OP] == "u"
@@ -102,13 +79,13 @@ def test_changelog_mode_keeps_every_change_with_its_op_and_position(kafka_bootst
     topic = make_topic(partitions=1)
     cfg = _config(tmp_path, kafka_bootstrap, topic, **{"write.mode": "changelog", "value.envelope": "debezium"})
     _produce(kafka_bootstrap, topic, [
-        (0, b'{"id":1}', _pg("r", 5, after={"id": 1, "name": "a"})),
-        (0, b'{"id":1}', _pg("u", 6, before={"id": 1, "name": "a"}, after={"id": 1, "name": "b"})),
-        (0, b'{"id":1}', _pg("d", 7, before={"id": 1, "name": "b"})),
+        (0, b'{"id":1}', pg_change("r", 5, after={"id": 1, "name": "a"})),
+        (0, b'{"id":1}', pg_change("u", 6, before={"id": 1, "name": "a"}, after={"id": 1, "name": "b"})),
+        (0, b'{"id":1}', pg_change("d", 7, before={"id": 1, "name": "b"})),
         (0, b'{"id":1}', None),
-        (0, None, _pg("t", 8))])
+        (0, None, pg_change("t", 8))])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, {(topic, 0): 5}, "the changelog appended")
+        drain_records(sink, cfg, {(topic, 0): 5}, "the changelog appended")
     rows = sorted(_rows(spark, cfg), key=lambda r: r["_kafka_offset"])
     assert [(r["id"], r["name"], r[CDC_OP]) for r in rows] == [(1, "a", "r"), (1, "b", "u"), (1, "b", "d"),
                                                                 (1, None, "d"), (None, None, "t")]

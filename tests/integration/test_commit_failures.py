@@ -14,22 +14,21 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
 from connector.config import load_config
 from connector.errors import CommitError
 from connector.protocol.channel import read_tail
 from connector.protocol.messages import CommitFailed, StartCommit, WriteStatus, txn_version
+from connector.storage.store import Location, Store
 from connector.table.delta_log import DeltaLogCommitter
 from connector.table.failures import Failure, classify
-from connector.storage.store import Location, Store
 from connector.table.sink import DeltaTableSink
 from participant.filegroup import FileGroupWriter
-from tests.support import produce_json
+from testkit import DRAIN_S, LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from testkit.kafka import produce_json
 
 pytestmark = pytest.mark.integration
 
 START_S = 120
-DRAIN_S = 180
 ROWS = pa.table({"id": [1, 2], "kind": ["a", "b"]})
 
 

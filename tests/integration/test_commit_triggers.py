@@ -8,13 +8,13 @@ import uuid
 import pyarrow.compute as pc
 import pytest
 
-from testkit import open_table, wait_until
 from connector.config import config_from_dict
 from connector.kafka.clients import KafkaClients
 from connector.protocol.channel import read_tail
 from connector.protocol.messages import Progress
-from tests.integration.test_table_features import Sink
-from tests.support import drain, produce_json
+from testkit import open_table, wait_until
+from testkit.kafka import produce_json
+from testkit.pipeline import Sink, drain
 
 pytestmark = pytest.mark.integration
 
@@ -101,10 +101,12 @@ def test_a_keyed_backlog_longer_than_an_interval_goes_into_one_merge(kafka_boots
         progress = wait_until(lambda: (lambda found: found if sum(p["rows"] for p in found) == 151_000 else None)(
             _progress(cfg)), 30, "the backlog's PROGRESS")
     data = [(p["ended_by"], p["rows"], p["txn_duration_s"]) for p in progress[len(made):] if p["rows"]]
-    # a txn started before the backlog arrived ends at its interval with what it read by then; the next one starts
-    # behind and reads what was there at its START past its 500 ms (100,000 records take about a second here), and
-    # a last one what arrived meanwhile
-    assert any(ended_by == "caught_up" and rows >= 100_000 for ended_by, rows, _ in data), data
+    # a txn started before the backlog arrived reads on past its interval while its workers report more records
+    # (coordinator/state.py READING_WINDOW_S); on a busy machine a worker may go quiet for longer and that txn ends
+    # at its interval with what it read by then; the next one starts behind and ENDs once it has read what was there
+    # at its START, and a last one takes what arrived meanwhile.
+    assert any(ended_by == "caught_up" and rows >= 50_000 for ended_by, rows, _ in data), data
+    assert len(data) <= 4, data
     report(f"a keyed backlog of 150,000 records at transaction.interval.ms=500: txns (ended by, rows, seconds) {data}")
 
 
@@ -150,7 +152,7 @@ def test_a_trickle_writes_at_most_one_file_per_partition_per_txn_and_idle_interv
     import time
     from collections import Counter
 
-    from tests.support import PacedProducer
+    from testkit.kafka import PacedProducer
 
     topic = make_topic(partitions=2)
     cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 2000})

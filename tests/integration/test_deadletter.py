@@ -8,7 +8,9 @@ import uuid
 
 import pytest
 
+from connector.kafka.deadletter import TRUNCATED_HEADER, DeadLetterError, DeadLetterProducer, payload_size
 from testkit import (
+    DRAIN_S,
     LakesinkProcess,
     audit,
     create_topic,
@@ -17,12 +19,9 @@ from testkit import (
     table_offsets,
     wait_until,
 )
-from tests.support import read_topic
-from connector.kafka.deadletter import TRUNCATED_HEADER, DeadLetterError, DeadLetterProducer, payload_size
+from testkit.kafka import read_topic
 
 pytestmark = pytest.mark.integration
-
-DRAIN_S = 180
 
 
 def _set_topic_config(admin, topic: str, **settings: str) -> None:

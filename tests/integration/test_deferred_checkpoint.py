@@ -15,7 +15,8 @@ from testkit import wait_until
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.storage.store import Location, Store
 from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter
-from connector.table.sink import DeltaTableSink, txn_tag
+from connector.table.sink import DeltaTableSink
+from connector.table.state import txn_tag
 from participant.filegroup import FileGroupWriter
 
 pytestmark = pytest.mark.integration

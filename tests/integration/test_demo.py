@@ -70,7 +70,7 @@ def test_demo_s3_table_lives_on_the_server_and_is_read_back_through_s3a(s3_serve
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # the coordinator's session carries these itself
     for key, value in store.s3.hadoop_conf().items():
         hadoop.set(key, value)
-    coordinator = SimpleNamespace(_spark_factory=lambda: spark, stats=SimpleNamespace(commits=[]))
+    coordinator = SimpleNamespace(spark=SimpleNamespace(factory=lambda: spark), stats=SimpleNamespace(commits=[]))
     assert demo._summarise(coordinator, cfg.table_path, 3) == 0
     out = capsys.readouterr().out
     assert f"Delta table s3://{s3_server.bucket}/demo/tables-{stamp}/demo_events" in out

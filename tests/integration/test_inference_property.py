@@ -2,7 +2,7 @@
 several partitions go through the REAL converter (one `Converter` per partition, several `convert_raw` batches
 each), the REAL staging (`FileGroupWriter`, a spill per batch) and a REAL Delta table (`DeltaTableSink.agreeing`
 then `commit`, as coordinator/service.py does, a few txns), the converters held to the table's schema after every
-commit as participant/worker.py does (`_refresh_schema`), and the table is read back with Spark.
+commit as the worker does (participant/tableview.py, `TableView.refresh`), and the table is read back with Spark.
 
 The streams mix what a new user sends: random nesting, `{}` / `[]` / null, ints / floats / strings across records
 and partitions, odd names (case variants, spaces, dots), integers around 2^53 and beyond 2^63, zoned and zone-less
@@ -38,19 +38,12 @@ from connector.schema.columns import META_COLUMNS
 from connector.schema.names import case_clashes
 from connector.table.failures import Failure, classify
 from connector.table.features import read_profile
-from connector.table.sink import DeltaTableSink, txn_tag
+from connector.table.sink import DeltaTableSink
+from connector.table.state import txn_tag
 from participant.convert import Converter
 from participant.filegroup import FileGroupWriter
-from tests.integration.test_record_fidelity import (
-    CLASS,
-    EXACT,
-    INT64,
-    MESSAGE,
-    Outcome,
-    _account,
-    _empty,
-    read_rows,
-)
+from testkit.fidelity import EXACT, INT64, Outcome, account_for, is_empty, read_rows
+from testkit.pipeline import CLASS, MESSAGE
 
 pytestmark = pytest.mark.integration
 
@@ -280,7 +273,7 @@ class Pipeline:
         return False
 
     def refresh(self) -> None:
-        """The worker's `_refresh_schema` after a commit's acknowledgement."""
+        """The worker's `TableView.refresh` after a commit's acknowledgement."""
         dt_ = self.sink.delta()
         if dt_ is None:
             return
@@ -301,7 +294,7 @@ def unchanged(old: Any, new: Any) -> bool:
     """A row value read after a later commit is the one read before (a struct may have gained null fields)."""
     if isinstance(old, dict):
         return isinstance(new, dict) and all(unchanged(v, new.get(k)) for k, v in old.items()) and \
-            all(_empty(v) for k, v in new.items() if k not in old)
+            all(is_empty(v) for k, v in new.items() if k not in old)
     if isinstance(old, list):
         return isinstance(new, list) and len(old) == len(new) and all(unchanged(a, b) for a, b in zip(old, new))
     return type(old) is type(new) and old == new and getattr(old, "tzinfo", None) == getattr(new, "tzinfo", None)
@@ -334,7 +327,7 @@ def check(spark, table, plan: Plan) -> Pipeline:
 
     out = Outcome(schema=schema, rows=seen, letters=dict(pipe.letters))  # as read after the last commit
     out.sent = {(p, o): v for p, stream in enumerate(plan.streams) for o, v in enumerate(stream)}
-    _account(out)
+    account_for(out)
     return pipe
 
 

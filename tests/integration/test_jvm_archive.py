@@ -1,15 +1,16 @@
-"""The Spark driver's class archive (connector/jvm_archive.py): `lakesink deps` builds it, and a driver maps it."""
+"""The Spark driver's class archive (connector/jvm/class_archive.py): `lakesink deps` builds it, and a driver maps
+it."""
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
 
-from connector import jars, jvm_archive
+from connector.jvm import class_archive, jars
 
 DRIVER = """
 import sys, tempfile
-from connector.spark import get_spark
+from connector.jvm.spark import get_spark
 spark = get_spark("archive-proof", "local[1]", {"spark.driver.defaultJavaOptions": sys.argv[1]})
 table = tempfile.mkdtemp()
 spark.range(10).write.format("delta").save(table)
@@ -24,9 +25,9 @@ def _driver(options: str) -> tuple[subprocess.CompletedProcess, float]:
 
 
 def test_deps_builds_the_archive_and_a_driver_that_must_map_it_writes_delta(report):
-    archive, how = jvm_archive.build()
+    archive, how = class_archive.build()
     assert archive is not None, how
-    assert jvm_archive.current(jars.require_java(), jars.driver_jars()) == archive
+    assert class_archive.current(jars.require_java(), jars.driver_jars()) == archive
     assert archive.stat().st_size > 10 * 2**20
     # -Xshare:on: a JVM that cannot map the archive (other jars, another Java, a damaged file) refuses to start
     mapped, mapped_s = _driver(f"-Xshare:on -XX:SharedArchiveFile={archive}")

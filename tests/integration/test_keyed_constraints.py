@@ -7,21 +7,17 @@ soft delete of a key the table lacks inserts nothing when its deleted row would 
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from confluent_kafka import Producer
 
-from testkit import wait_until
-from connector.config import config_from_dict
 from connector.errors import CommitAbandonedError, ConstraintViolationError
 from connector.table.sink import DeltaTableSink
-from tests.integration.test_table_features import Sink
-from tests.support import read_topic
+from testkit import DRAIN_S, wait_until
+from testkit.kafka import read_topic
+from testkit.pipeline import Sink, inprocess_config
 
 pytestmark = pytest.mark.integration
-
-DRAIN_S = 150
 
 
 def _table(spark, tmp_path):
@@ -33,15 +29,10 @@ def _table(spark, tmp_path):
 
 
 def _config(tmp_path, bootstrap, topic, table, **extra):
-    name = f"rules-{uuid.uuid4().hex[:8]}"
-    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
-                "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
-                "target.table.name": table.name, "transaction.interval.ms": "1000",
-                "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000",
-                "write.mode": "upsert", "record.key.fields": "id", "delete.enabled": "true", "delete.mode": "soft",
-                "schema.evolution": "true"}  # adds the _kafka_* columns to the user's table
-    settings.update({k: str(v) for k, v in extra.items()})
-    return config_from_dict(settings)
+    return inprocess_config("rules", bootstrap, topic, table, **{
+        "write.mode": "upsert", "record.key.fields": "id", "delete.enabled": "true", "delete.mode": "soft",
+        "schema.evolution": "true",  # adds the _kafka_* columns to the user's table
+        **extra})
 
 
 def _produce(bootstrap, topic, changes: list[tuple[int, dict | None]]) -> None:

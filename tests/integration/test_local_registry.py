@@ -146,7 +146,7 @@ def test_with_a_user_every_request_must_carry_its_basic_auth(tmp_path):
 
 
 def test_sigterm_stops_it_cleanly_and_its_port_is_free_again(tmp_path):
-    from connector.kafka.local import port_in_use
+    from connector.local.ports import port_in_use
 
     registry = LocalRegistry(tmp_path / "registry").start()
     process = registry.proc

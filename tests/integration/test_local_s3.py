@@ -1,4 +1,4 @@
-"""The local S3 server the suite and the demo use (connector/storage/local_s3.py): it answers, checks credentials,
+"""The local S3 server the suite and the demo use (connector/local/s3.py): it answers, checks credentials,
 and honours conditional writes. Everything lakesink will claim about commits on S3 rests on the last fact, so the
 suite proves it of the pinned server: if a version of it ever stops refusing a second `If-None-Match: *` put,
 these tests fail instead of every later test passing for the wrong reason."""
@@ -10,24 +10,16 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from connector.storage.local_s3 import LocalS3, s3_client
+from connector.local.s3 import LocalS3, s3_client
+from testkit.s3 import put_if_absent
 
 pytestmark = pytest.mark.integration
 
 
-def _put_if_absent(client, bucket: str, key: str, body: bytes) -> int:
-    """HTTP status of a conditional create: 200 when the key was new, 412 when it existed."""
-    try:
-        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-        return 200
-    except ClientError as error:
-        return int(error.response["ResponseMetadata"]["HTTPStatusCode"])
-
-
 def test_a_second_conditional_put_of_one_key_is_refused(s3_server):
     client, key = s3_server.client(), f"probe/{uuid.uuid4().hex}"
-    assert _put_if_absent(client, s3_server.bucket, key, b"first") == 200
-    assert _put_if_absent(client, s3_server.bucket, key, b"second") == 412
+    assert put_if_absent(client, s3_server.bucket, key, b"first") == 200
+    assert put_if_absent(client, s3_server.bucket, key, b"second") == 412
     assert client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read() == b"first"
 
 
@@ -39,7 +31,7 @@ def test_of_sixteen_concurrent_conditional_puts_exactly_one_wins(s3_server):
     def put(i: int) -> None:
         own = s3_server.client()
         barrier.wait()
-        results.append(_put_if_absent(own, s3_server.bucket, key, f"writer {i}".encode()))
+        results.append(put_if_absent(own, s3_server.bucket, key, f"writer {i}".encode()))
 
     threads = [threading.Thread(target=put, args=(i,)) for i in range(16)]
     for t in threads:
@@ -78,7 +70,7 @@ def test_the_cli_starts_reports_and_stops_a_detached_server(tmp_path, monkeypatc
         assert main(["s3", "status"]) == 0
         assert f"running: s3.endpoint={endpoint}" in capsys.readouterr().out
         client = s3_client(endpoint, "lakesink", "lakesink-local-secret")
-        assert _put_if_absent(client, "lakesink", "k", b"v") == 200
+        assert put_if_absent(client, "lakesink", "k", b"v") == 200
     finally:
         assert main(["s3", "stop"]) == 0
     assert capsys.readouterr().out.strip() == f"S3 server on {endpoint} stopped."
@@ -92,7 +84,7 @@ def test_spark_writes_delta_through_s3a_and_its_conditional_create_is_refused(s3
     one key fails (HTTP 412) instead of overwriting it."""
     from py4j.protocol import Py4JJavaError
 
-    from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+    from connector.local.s3 import ACCESS_KEY, SECRET_KEY
 
     hadoop = spark._jsc.hadoopConfiguration()
     for key, value in {"fs.s3a.endpoint": s3_server.endpoint, "fs.s3a.access.key": ACCESS_KEY,
@@ -130,8 +122,8 @@ def test_lakesinks_log_store_lets_exactly_one_of_eight_racing_writers_have_a_log
     FileAlreadyExistsException (Delta's signal to retry on a newer version), and the winner's content stays."""
     from py4j.protocol import Py4JJavaError
 
-    from connector import jars
-    from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+    from connector.jvm import jars
+    from connector.local.s3 import ACCESS_KEY, SECRET_KEY
 
     assert spark.sparkContext.getConf().get("spark.delta.logStore.s3a.impl") == jars.LOGSTORE_CLASS
     jvm = spark._jvm

@@ -12,8 +12,10 @@ from collections import Counter
 
 import pytest
 
+from connector.local.ports import free_port
 from testkit import LakesinkProcess, create_topic, open_table, pipeline_config, wait_until
-from tests.support import free_port, http_get, produce_json
+from testkit.kafka import produce_json
+from testkit.net import http_get
 
 pytestmark = pytest.mark.integration
 

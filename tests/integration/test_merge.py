@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import deltalake
@@ -15,84 +14,15 @@ import pytest
 
 from connector.config import config_from_dict
 from connector.errors import CommitError, ConstraintViolationError, FencedError
-from connector.protocol.messages import WriteStatus, txn_version
-from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP
-from connector.schema.columns import TOPIC as TOPIC_COLUMN
+from connector.protocol.messages import txn_version
+from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP, TOPIC as TOPIC_COLUMN
 from connector.table import merge
-from connector.table.sink import DeltaTableSink, txn_tag
+from connector.table.sink import DeltaTableSink
 from connector.upsert import ABSENT, DELETE_MARKER, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
-from coordinator.service import CoordinatorService
-from participant.filegroup import FileGroupWriter
+from coordinator.service import build_coordinator
+from testkit.merge import APP, TOPIC, TYPES, Changes, upsert_spec
 
 pytestmark = pytest.mark.integration
-
-APP = "merge-app"
-TOPIC = "changes"
-TYPES = {"id": pa.int64(), "region": pa.string(), "name": pa.string(), "seq": pa.int64(), "amount": pa.float64(),
-         "extra": pa.string(), DELETE_MARKER: pa.bool_(), PARTITION: pa.int32(), OFFSET: pa.int64(),
-         TIMESTAMP: pa.timestamp("us", tz="UTC"), TOPIC_COLUMN: pa.string(), ABSENT: pa.list_(pa.string()),
-         "meta": pa.struct([("version", pa.int64())]), "at": pa.timestamp("us", tz="UTC"),
-         "serial": pa.int64()}
-
-
-@dataclass(frozen=True)
-class KeyedStatus(WriteStatus):
-    """A WRITE-STATUS that reports its key fields, as participants of keyed modes send it."""
-
-    key_fields: tuple[str, ...] = ()
-
-
-class Changes:
-    """One connector's txns, staged and committed one after the other."""
-
-    def __init__(self, spark, table, spec: UpsertSpec, partition_by=(), evolve=False, **sink):
-        self.spark, self.table, self.txn, self.next = spark, table, 0, {}
-        self.sink = DeltaTableSink(str(table), APP, partition_by, evolve, spark_factory=lambda: spark, upsert=spec,
-                                   **sink)
-
-    def status(self, changes: list[dict], partition: int = 0, key_fields=("id",), txn=None) -> KeyedStatus:
-        """A participant's file group of `changes` (dicts of value fields; `delete=True` marks a delete) for the
-        next txn, at the partition's next offsets."""
-        txn = self.txn + 1 if txn is None else txn
-        start = self.next.get(partition, 0)
-        rows = []
-        for i, change in enumerate(changes):
-            row = {k: v for k, v in change.items() if k != "delete"}
-            if self.sink.upsert.delete_enabled:
-                row[DELETE_MARKER] = bool(change.get("delete"))
-            rows.append({**row, PARTITION: partition, OFFSET: start + i})
-        names = list(dict.fromkeys(k for r in rows for k in r))
-        table = pa.Table.from_pylist(rows, schema=pa.schema([pa.field(n, TYPES[n]) for n in names]))
-        writer = FileGroupWriter(self.sink.store, APP, TOPIC, partition, "w", txn_tag(1, txn),
-                                 partition_by=self.sink.partition_by)
-        writer.append(table)
-        files = tuple(writer.flush())
-        self.next[partition] = start + len(rows)
-        return KeyedStatus(APP, 1, txn, topic=TOPIC, partition=partition, worker="w", start_offset=start,
-                           first_offset=start, next_offset=start + len(rows), files=files, rows=len(rows),
-                           bytes=sum(f.bytes for f in files), schemas=writer.schemas, key_fields=tuple(key_fields))
-
-    def commit(self, *statuses):
-        self.txn += 1
-        offsets = {(TOPIC, p): n for p, n in self.next.items()}
-        return self.sink.commit(txn_version(1, self.txn), offsets, statuses, expect_new_table=self.txn == 1)
-
-    def apply(self, *change_lists, partition: int = 0):
-        """Stage each list as one participant's file group of the next txn and commit them together."""
-        return self.commit(*[self.status(c, partition=partition) for c in change_lists])
-
-    def rows(self) -> dict:
-        return {r["id"]: r.asDict() for r in self.spark.read.format("delta").load(str(self.table)).collect()}
-
-    def columns(self) -> list[str]:
-        return self.spark.read.format("delta").load(str(self.table)).columns
-
-    def history(self, n: int = 1) -> list[dict]:
-        return deltalake.DeltaTable(str(self.table)).history(n)
-
-
-def _upsert(**overrides) -> UpsertSpec:
-    return UpsertSpec(**{"mode": "upsert", "key_fields": ("id",), "meta": False, **overrides})
 
 
 def _names(rows: dict) -> dict:
@@ -104,7 +34,7 @@ def test_the_coordinator_commits_with_the_connectors_keyed_write_settings(tmp_pa
                             "target.base.path": str(tmp_path), "target.table.name": "t", "write.mode": "upsert",
                             "record.key.fields": "id,region", "delete.enabled": "true", "delete.mode": "soft",
                             "upsert.order.field": "seq"}, env={})
-    sink = CoordinatorService(cfg, spark_factory=lambda: None).sink
+    sink = build_coordinator(cfg, spark_factory=lambda: None).sink
     assert sink.upsert == UpsertSpec("upsert", ("id", "region"), True, "soft", "none", "seq", True)
 
 
@@ -142,7 +72,7 @@ def test_a_merge_run_with_the_txn_session_settings_is_one_commit_and_a_redo_is_s
 
 
 def test_upserts_and_hard_deletes_collapse_per_key_and_a_redo_changes_nothing(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True))
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True))
     c.apply([{"id": 1, "name": "a1"}, {"id": 2, "name": "b1"}, {"id": 3, "name": "c1"},
              {"id": 9, "delete": True},  # a delete of a key the table never had
              {"id": 1, "name": "a2"}])  # a second change to a key of this txn: the last wins
@@ -167,7 +97,7 @@ def test_upserts_and_hard_deletes_collapse_per_key_and_a_redo_changes_nothing(sp
 
 
 def test_soft_deletes_keep_the_row_marked_with_the_deletes_time(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", meta=True))
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True, delete_mode="soft", meta=True))
     at = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
     c.apply([{"id": 1, "name": "a1", TIMESTAMP: at}, {"id": 2, "name": "b1", TIMESTAMP: at}])
     tombstone = c.status([{"id": 1, "delete": True, TIMESTAMP: at.replace(hour=13)}])
@@ -186,7 +116,7 @@ def test_soft_deletes_keep_the_row_marked_with_the_deletes_time(spark, tmp_path)
 
 
 def test_a_soft_delete_of_a_key_the_table_lacks_keeps_a_later_older_change_out(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", order_field="seq"))
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True, delete_mode="soft", order_field="seq"))
     c.apply([{"id": 1, "delete": True, "seq": 7}, {"id": 2, "name": "b1", "seq": 1}])  # the table's first txn
     c.apply([{"id": 1, "name": "a5", "seq": 5}, {"id": 3, "delete": True, "seq": 4}])
     c.apply([{"id": 3, "name": "c3", "seq": 3}, {"id": 1, "name": "a8", "seq": 8}])
@@ -196,7 +126,7 @@ def test_a_soft_delete_of_a_key_the_table_lacks_keeps_a_later_older_change_out(s
 
 
 def test_dedup_inserts_only_keys_the_table_lacks_and_the_first_change_of_a_txn(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(mode="dedup"))
+    c = Changes(spark, tmp_path / "t", upsert_spec(mode="dedup"))
     c.apply([{"id": 1, "name": "first"}, {"id": 1, "name": "duplicate"}, {"id": 2, "name": "b"}])
     c.apply([{"id": 2, "name": "again"}, {"id": 3, "name": "c"}, {"id": 3, "name": "c-again"}])
     assert _names(c.rows()) == {1: "first", 2: "b", 3: "c"}
@@ -204,7 +134,7 @@ def test_dedup_inserts_only_keys_the_table_lacks_and_the_first_change_of_a_txn(s
 
 
 def test_a_change_older_than_the_tables_row_by_the_order_field_never_overwrites_it(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, order_field="seq"))
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True, order_field="seq"))
     c.apply([{"id": 1, "name": "a5", "seq": 5}, {"id": 1, "name": "a4", "seq": 4},  # in-txn: by seq, not offset
              {"id": 2, "name": "b5", "seq": 5}, {"id": 3, "name": "c5", "seq": 5}])
     assert _names(c.rows()) == {1: "a5", 2: "b5", 3: "c5"}
@@ -217,9 +147,9 @@ def test_a_change_older_than_the_tables_row_by_the_order_field_never_overwrites_
 
 
 def test_a_commit_of_an_older_epoch_after_a_newer_claim_is_fenced_and_changes_nothing(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert())
+    c = Changes(spark, tmp_path / "t", upsert_spec())
     c.apply([{"id": 1, "name": "a1"}])
-    newer = DeltaTableSink(str(c.table), APP, spark_factory=lambda: spark, upsert=_upsert())
+    newer = DeltaTableSink(str(c.table), APP, spark_factory=lambda: spark, upsert=upsert_spec())
     assert newer.claim_epoch(newer.recover()) == 2
     version = c.sink.table_version()
     with pytest.raises(FencedError):
@@ -228,13 +158,14 @@ def test_a_commit_of_an_older_epoch_after_a_newer_claim_is_fenced_and_changes_no
     # below the claim-manifest fence, Delta's own: a MERGE at a txn version under the claim's is skipped
     stale = c.status([{"id": 1, "name": "zombie"}], txn=3)
     files = [(f, pa.schema([pa.field(n, TYPES[n]) for n in ("id", "name", PARTITION, OFFSET)])) for f in stale.files]
-    c.sink._merge(spark, txn_version(1, 3), (stale,), files, c.sink.arrow_schema(), c.sink.profile(), False, "{}")
+    c.sink.write_paths()._merge(spark, txn_version(1, 3), (stale,), files, c.sink.arrow_schema(), c.sink.profile(),
+                                False, "{}")
     assert c.sink.table_version() == version and _names(c.rows()) == {1: "a1"}
     assert c.sink.txn_version() == txn_version(2, 0)
 
 
 def test_a_table_partitioned_by_a_key_column_is_merged_with_its_partitions_named(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(key_fields=("region", "id")), partition_by=("region",))
+    c = Changes(spark, tmp_path / "t", upsert_spec(key_fields=("region", "id")), partition_by=("region",))
     c.apply([{"region": r, "id": i, "name": f"{r}{i}"} for r in ("eu", "us", "ap") for i in range(3)])
     assert deltalake.DeltaTable(str(c.table)).metadata().partition_columns == ["region"]
     c.apply([{"region": "eu", "id": 1, "name": "eu1-new"}, {"region": "eu", "id": 7, "name": "eu7"}])
@@ -249,7 +180,7 @@ def test_a_table_partitioned_by_a_key_column_is_merged_with_its_partitions_named
 
 
 def test_statuses_keyed_by_different_fields_are_a_permanent_error(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(key_fields=()))
+    c = Changes(spark, tmp_path / "t", upsert_spec(key_fields=()))
     first = c.status([{"id": 1, "name": "a"}], partition=0, key_fields=("id",))
     second = c.status([{"id": 2, "name": "b"}], partition=1, key_fields=("name",))
     with pytest.raises(CommitError) as raised:
@@ -259,12 +190,12 @@ def test_statuses_keyed_by_different_fields_are_a_permanent_error(spark, tmp_pat
 
 
 def test_new_columns_need_schema_evolution(spark, tmp_path):
-    fixed = Changes(spark, tmp_path / "fixed", _upsert())
+    fixed = Changes(spark, tmp_path / "fixed", upsert_spec())
     fixed.apply([{"id": 1, "name": "a"}])
     with pytest.raises(CommitError) as raised:
         fixed.apply([{"id": 1, "name": "a2", "extra": "x"}])
     assert raised.value.permanent and "'extra'" in str(raised.value) and "schema.evolution=true" in str(raised.value)
-    evolving = Changes(spark, tmp_path / "evolving", _upsert(), evolve=True)
+    evolving = Changes(spark, tmp_path / "evolving", upsert_spec(), evolve=True)
     evolving.apply([{"id": 1, "name": "a"}, {"id": 2, "name": "b"}])
     evolving.apply([{"id": 1, "name": "a2", "extra": "x"}])
     assert {k: (v["name"], v["extra"]) for k, v in evolving.rows().items()} == {1: ("a2", "x"), 2: ("b", None)}
@@ -275,7 +206,7 @@ def test_a_check_constraint_is_enforced_as_for_appends(spark, tmp_path):
     table = tmp_path / "t"
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING, amount DOUBLE) USING delta")
     spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
-    stop = Changes(spark, table, _upsert())
+    stop = Changes(spark, table, upsert_spec())
     stop.txn = 1  # the table exists: not a creation
     with pytest.raises(ConstraintViolationError) as raised:
         stop.apply([{"id": 1, "name": "a", "amount": 1.0}, {"id": 2, "name": "b", "amount": -1.0}])
@@ -283,7 +214,7 @@ def test_a_check_constraint_is_enforced_as_for_appends(spark, tmp_path):
     assert stop.rows() == {}
 
     lettered = []
-    tolerant = Changes(spark, table, _upsert(), errors_tolerance="all", dead_letter=lettered.extend)
+    tolerant = Changes(spark, table, upsert_spec(), errors_tolerance="all", dead_letter=lettered.extend)
     tolerant.txn = 2  # txn version (1, 2) is the stopped commit's (its manifest is another instance's)
     tolerant.apply([{"id": 1, "name": "a1", "amount": 1.0}, {"id": 1, "name": "a2", "amount": -5.0},
                     {"id": 2, "name": "b", "amount": 2.0}])
@@ -299,7 +230,7 @@ def test_a_column_mapped_table_is_merged_by_logical_names(spark, tmp_path):
     spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN name TO old_name")
     spark.sql(f"ALTER TABLE delta.`{table}` ADD COLUMN (name STRING)")
     spark.sql(f"INSERT INTO delta.`{table}` VALUES (1, 'kept', 'a0')")
-    c = Changes(spark, table, _upsert(delete_enabled=True))
+    c = Changes(spark, table, upsert_spec(delete_enabled=True))
     c.txn = 1
     c.apply([{"id": 1, "name": "a1"}, {"id": 2, "name": "b1"}])
     assert {k: (v["old_name"], v["name"]) for k, v in c.rows().items()} == {1: ("kept", "a1"), 2: (None, "b1")}
@@ -311,7 +242,7 @@ def test_a_generated_column_is_computed_for_merged_rows(spark, tmp_path):
     table = tmp_path / "t"
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING, amount DOUBLE, "
               f"twice DOUBLE GENERATED ALWAYS AS (amount * 2)) USING delta")
-    c = Changes(spark, table, _upsert())
+    c = Changes(spark, table, upsert_spec())
     c.txn = 1
     c.apply([{"id": 1, "name": "a1", "amount": 1.5}, {"id": 2, "name": "b1", "amount": 2.0}])
     c.apply([{"id": 1, "name": "a2", "amount": 4.0}, {"id": 3, "name": "c1", "amount": 0.5}])
@@ -345,7 +276,7 @@ def test_changes_a_tables_rules_reject_are_dead_lettered_one_by_one_and_the_rest
     table = tmp_path / "t"
     _ruled_table(spark, table)
     lettered = []
-    c = Changes(spark, table, _upsert(delete_enabled=True, delete_mode="soft"), errors_tolerance="all",
+    c = Changes(spark, table, upsert_spec(delete_enabled=True, delete_mode="soft"), errors_tolerance="all",
                 dead_letter=lettered.extend)
     c.txn = 1  # the table exists: not a creation
     c.apply([{"id": 1, "name": "a1", "amount": 1.0},
@@ -376,7 +307,7 @@ def test_a_change_a_tables_rules_reject_stops_the_commit_naming_it_and_unknown_s
     first breaking record's coordinates and the constraint; a soft delete of a key the table lacks is no error."""
     table = tmp_path / "t"
     _ruled_table(spark, table)
-    c = Changes(spark, table, _upsert(delete_enabled=True, delete_mode="soft"))
+    c = Changes(spark, table, upsert_spec(delete_enabled=True, delete_mode="soft"))
     c.txn = 1
     c.apply([{"id": 9, "delete": True}, {"id": 1, "name": "a1", "amount": 0.0}])
     assert _state(c.rows()) == {1: ("a1", 0.0, False)}
@@ -393,7 +324,7 @@ def test_hard_deletes_of_keys_a_ruled_table_lacks_are_no_ops(spark, tmp_path):
     table = tmp_path / "t"
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING NOT NULL, amount DOUBLE) USING delta")
     spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
-    c = Changes(spark, table, _upsert(delete_enabled=True))
+    c = Changes(spark, table, upsert_spec(delete_enabled=True))
     c.txn = 1
     c.apply([{"id": 9, "delete": True}, {"id": 1, "name": "a1", "amount": 1.0}, {"id": 2, "name": "b1", "amount": 2.0}])
     c.apply([{"id": 1, "delete": True}, {"id": 7, "delete": True}])
@@ -414,7 +345,7 @@ def _placed(changes: list[dict], topic: str = TOPIC) -> list[dict]:
 def test_between_partitions_the_later_record_time_wins_and_an_old_backlog_never_overwrites(spark, tmp_path):
     """Before, the higher partition number won whatever happened first, and a key that moved partition let the old
     partition's backlog overwrite newer state."""
-    c = Changes(spark, tmp_path / "t", _upsert(meta=True))
+    c = Changes(spark, tmp_path / "t", upsert_spec(meta=True))
     c.commit(c.status(_placed([{"id": 1, "name": "p0-late", TIMESTAMP: _at(5)}]), partition=0),
              c.status(_placed([{"id": 1, "name": "p1-early", TIMESTAMP: _at(3)}]), partition=1))
     assert _names(c.rows()) == {1: "p0-late"}, "in one txn: the later record time, not the higher partition"
@@ -427,7 +358,7 @@ def test_between_partitions_the_later_record_time_wins_and_an_old_backlog_never_
 
 
 def test_two_topics_into_one_table_are_ordered_by_record_time(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(meta=True))
+    c = Changes(spark, tmp_path / "t", upsert_spec(meta=True))
     c.commit(c.status(_placed([{"id": 1, "name": "a-new", TIMESTAMP: _at(7)}], "a"), partition=0),
              c.status(_placed([{"id": 1, "name": "b-old", TIMESTAMP: _at(2)}], "b"), partition=1))
     assert _names(c.rows()) == {1: "a-new"}
@@ -436,7 +367,7 @@ def test_two_topics_into_one_table_are_ordered_by_record_time(spark, tmp_path):
 def test_a_tombstone_takes_the_order_value_of_the_change_before_it_in_its_partition(spark, tmp_path):
     """Before, a tombstone had no order value: it lost inside the txn and never matched the table's row, so deleted
     keys were never deleted."""
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, order_field="seq", meta=True))
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True, order_field="seq", meta=True))
     c.apply(_placed([{"id": 1, "name": "a", "seq": 5, TIMESTAMP: _at(1)},
                      {"id": 2, "name": "b", "seq": 3, TIMESTAMP: _at(1)}, {"id": 2, "delete": True, TIMESTAMP: _at(2)},
                      {"id": 3, "name": "c", "seq": 7, TIMESTAMP: _at(1)}, {"id": 3, "delete": True, TIMESTAMP: _at(2)},
@@ -447,7 +378,7 @@ def test_a_tombstone_takes_the_order_value_of_the_change_before_it_in_its_partit
 
 
 def test_a_nested_order_field_orders_changes(spark, tmp_path):
-    c = Changes(spark, tmp_path / "t", _upsert(order_field="meta.version"))
+    c = Changes(spark, tmp_path / "t", upsert_spec(order_field="meta.version"))
     c.apply([{"id": 1, "name": "v2", "meta": {"version": 2}}, {"id": 1, "name": "v1", "meta": {"version": 1}}])
     c.apply([{"id": 1, "name": "v0", "meta": {"version": 0}}, {"id": 2, "name": "b", "meta": {"version": 1}}])
     assert _names(c.rows()) == {1: "v2", 2: "b"}
@@ -458,7 +389,7 @@ def test_a_nested_order_field_orders_changes(spark, tmp_path):
 def test_an_update_keeps_the_columns_its_change_does_not_carry(spark, tmp_path):
     """upsert.missing.fields=keep: a partial document sets its fields only (before, every other column became
     null); within a txn a key's changes fold field by field, and a delete in between starts over."""
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True))
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True))
     c.apply([{"id": 1, "name": "a", "amount": 1.0, ABSENT: None}, {"id": 2, "name": "b", "amount": 2.0, ABSENT: None},
              {"id": 3, "name": "c", "amount": 3.0, ABSENT: None}])
     c.apply([{"id": 1, "name": None, "amount": 10.0, ABSENT: ["name"]},
@@ -479,7 +410,7 @@ def test_a_by_default_identity_column_is_kept_or_generated_where_a_change_gives_
     table = tmp_path / "t"
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING, serial BIGINT GENERATED BY DEFAULT AS "
               f"IDENTITY) USING delta")
-    c = Changes(spark, table, _upsert())
+    c = Changes(spark, table, upsert_spec())
     c.txn = 1
     c.apply([{"id": 1, "name": "a", "serial": 100}, {"id": 2, "name": "b", "serial": None}])
     first = {k: v["serial"] for k, v in c.rows().items()}
@@ -496,7 +427,7 @@ def test_a_key_partitioned_by_a_timestamp_matches_its_rows_in_any_host_time_zone
     datetimes, so on a host not on UTC they matched nothing and the upsert inserted a duplicate."""
     import time
 
-    c = Changes(spark, tmp_path / "t", _upsert(key_fields=("id", "at")), partition_by=("at",))
+    c = Changes(spark, tmp_path / "t", upsert_spec(key_fields=("id", "at")), partition_by=("at",))
     monkeypatch.setenv("TZ", "America/New_York")
     time.tzset()
     try:
@@ -515,7 +446,7 @@ def test_a_partial_change_is_held_to_the_tables_rules_with_the_values_it_keeps(s
     table = tmp_path / "t"
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, name STRING NOT NULL, amount DOUBLE) USING delta")
     lettered = []
-    c = Changes(spark, table, _upsert(), errors_tolerance="all", dead_letter=lettered.extend)
+    c = Changes(spark, table, upsert_spec(), errors_tolerance="all", dead_letter=lettered.extend)
     c.txn = 1
     c.apply([{"id": 1, "name": "a", "amount": 1.0, ABSENT: None}])
     c.apply([{"id": 1, "name": None, "amount": 2.0, ABSENT: ["name"]},
@@ -528,7 +459,7 @@ def test_a_soft_delete_keeps_the_order_value_it_took_in_a_nested_order_field(spa
     """A tombstone takes the order value of the change before it (by Kafka position, here of another partition);
     the deleted row keeps it inside its struct (also when a txn folds partial changes), so a later change with a
     greater one brings the key back."""
-    c = Changes(spark, tmp_path / "t", _upsert(delete_enabled=True, delete_mode="soft", order_field="meta.version",
+    c = Changes(spark, tmp_path / "t", upsert_spec(delete_enabled=True, delete_mode="soft", order_field="meta.version",
                                                meta=True))
     c.commit(c.status(_placed([{"id": 5, "name": "a", "meta": {"version": 9}, TIMESTAMP: _at(1), ABSENT: ["x"]}]),
                       partition=0),

@@ -19,21 +19,19 @@ import json
 import deltalake
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
 
 from connector.errors import CommitError
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.schema.columns import OFFSET, PARTITION
 from connector.schema.names import quote
-from connector.table.sink import DeltaTableSink, txn_tag
+from connector.table.sink import DeltaTableSink
+from connector.table.state import txn_tag
 from connector.upsert import UpsertSpec
 from participant.filegroup import FileGroupWriter
-from tests.integration.test_table_features import Sink
-from tests.support import dead_letter_config, drain, read_topic
+from testkit.kafka import offset_ends, produce_records, read_topic
+from testkit.pipeline import Sink, dead_letter_config, drain_records
 
 pytestmark = pytest.mark.integration
-
-DRAIN_S = 150
 
 
 def _config(tmp_path, bootstrap: str, topic: str, table, dlq: str, **extra):
@@ -43,23 +41,9 @@ def _config(tmp_path, bootstrap: str, topic: str, table, dlq: str, **extra):
 def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, dict]], partitions: int = 2
              ) -> dict[tuple[str, int], int]:
     """(key, value) records round-robin over the partitions; returns each partition's end offset."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    ends: dict[tuple[str, int], int] = {}
-
-    def delivered(err, msg):
-        assert err is None, err
-        tp = (msg.topic(), msg.partition())
-        ends[tp] = max(ends.get(tp, 0), msg.offset() + 1)
-
-    for i, (key, value) in enumerate(records):
-        producer.produce(topic, key=key if key is not None else str(i).encode(), value=json.dumps(value).encode(),
-                         partition=i % partitions, on_delivery=delivered)
-    assert producer.flush(30) == 0
-    return ends
-
-
-def _drain(sink: Sink, cfg, ends: dict[tuple[str, int], int], what: str) -> None:
-    drain(sink, cfg, ends, what, DRAIN_S)
+    coords = produce_records(bootstrap, topic, [(i % partitions, key if key is not None else str(i).encode(),
+                                                 json.dumps(value).encode()) for i, (key, value) in enumerate(records)])
+    return offset_ends(coords, topic)
 
 
 def _metadata(table):
@@ -89,9 +73,9 @@ def test_a_new_table_with_names_plain_mode_refuses_is_created_with_column_mappin
     first = [(None, {"id": i, "service name": f"svc-{i}", "nested": {"a b": i, "ok": f"k{i}"}}) for i in range(40)]
     later = [(None, {"id": 100 + i, "service name": f"svc-{100 + i}", "other name": i * 10}) for i in range(20)]
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, first), "the first records")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, first), "the first records")
         protocol, configuration, fields = _metadata(table)
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, later), "the records with a new refused name")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, later), "the records with a new refused name")
         profile = sink.coordinator.sink.last_profile
 
     assert configuration.get("delta.columnMapping.mode") == "name", configuration
@@ -126,7 +110,7 @@ def test_a_table_without_such_names_stays_plain_and_on_the_fast_path(kafka_boots
     topic, dlq = make_topic(partitions=2), make_topic(partitions=1, prefix="dlq")
     cfg = _config(tmp_path, kafka_bootstrap, topic, table, dlq)
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, [(None, {"id": i, "name": "x"}) for i in range(10)]),
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, [(None, {"id": i, "name": "x"}) for i in range(10)]),
                "the records")
     profile = _profile(table)
     _, configuration, _ = _metadata(table)
@@ -144,7 +128,7 @@ def test_a_dotted_name_on_the_fast_path(kafka_bootstrap, make_topic, tmp_path, s
     cfg = _config(tmp_path, kafka_bootstrap, topic, table, dlq)
     records = [(None, {"id": i, "host.name": f"h{i:03d}", "host": {"name": f"n{i}"}}) for i in range(60)]
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
     profile = _profile(table)
     assert profile.fast_path and profile.column_mapping == "none"
     df = _read(spark, table)
@@ -169,7 +153,7 @@ def test_a_dotted_name_through_delta_writer_with_a_check_constraint_on_it(kafka_
     cfg = _config(tmp_path, kafka_bootstrap, topic, table, dlq)
     records = [(None, {"id": i, "host.name": "bad" if i % 10 == 3 else f"h{i}"}) for i in range(50)]
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
         profile = sink.coordinator.sink.last_profile
     assert not profile.fast_path
     rows = {r["id"]: r for r in _read(spark, table).collect()}
@@ -192,9 +176,9 @@ def test_a_dotted_key_through_the_merge(kafka_bootstrap, make_topic, tmp_path, s
                 for i in range(start, start + count)]
 
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, changes(0, 12), partitions=1), "the first changes")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, changes(0, 12), partitions=1), "the first changes")
         first = {r["host.name"]: r["n"] for r in _read(spark, table).collect()}
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, changes(12, 9), partitions=1), "the later changes")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, changes(12, 9), partitions=1), "the later changes")
     assert first == {"h0": 10, "h1": 11, "h2": 7, "h3": 8, "h4": 9}
     rows = _read(spark, table).collect()
     assert {r["host.name"]: r["n"] for r in rows} == {"h0": 20, "h1": 16, "h2": 17, "h3": 18, "h4": 19}
@@ -211,7 +195,7 @@ def test_sanitize_replaces_the_refused_characters(kafka_bootstrap, make_topic, t
     cfg = _config(tmp_path, kafka_bootstrap, topic, table, dlq, **{"field.name.policy": "sanitize"})
     records = [(None, {"id": i, "service name": f"svc-{i}", "nested": {"a b": i}}) for i in range(20)]
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
     _, configuration, fields = _metadata(table)
     assert "delta.columnMapping.mode" not in configuration
     df = _read(spark, table)
@@ -227,7 +211,7 @@ def test_error_dead_letters_the_record_naming_the_policy(kafka_bootstrap, make_t
     records = [(None, {"id": i, "service name": "x"} if i % 10 == 4 else {"id": i, "service": f"s{i}"})
                for i in range(40)]
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
+        drain_records(sink, cfg, _produce(kafka_bootstrap, topic, records), "the records")
     rows = {r["id"] for r in _read(spark, table).collect()}
     assert rows == {i for i in range(40) if i % 10 != 4}
     _, configuration, _ = _metadata(table)

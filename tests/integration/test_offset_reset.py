@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from testkit import LakesinkProcess, create_topic, pipeline_config, table_offsets, wait_until
-from tests.support import produce_json
+from testkit import DRAIN_S, LakesinkProcess, pipeline_config, table_offsets, wait_until
+from testkit.kafka import produce_json, recreate_topic
 
 pytestmark = pytest.mark.integration
 
-DRAIN_S = 180
 STOP_S = 120
 
 
@@ -128,7 +127,7 @@ def test_below_the_log_start_fail_stops_and_earliest_skips_the_deleted_records_k
     assert progress["offsets_skipped"] == 50
     text = (tmp_path / "earliest.log").read_text(errors="replace")
     [warning] = [line for line in text.splitlines() if "offset.reset.policy=earliest: skipping" in line]
-    assert " WARNING coordinator.service " in warning and warning.endswith(
+    assert " WARNING coordinator.offsets " in warning and warning.endswith(
         f"skipping {topic}-0 from 100 (below the log start; the partition holds 150..200) to 150, 50 offsets skipped")
 
 
@@ -140,19 +139,7 @@ def test_above_the_end_of_a_recreated_topic_fail_stops_and_latest_goes_on_from_i
     _sink(tmp_path, _config(tmp_path, kafka_bootstrap, topic, name), 100, "first.log")
 
     # While lakesink is stopped the topic is deleted and recreated, with fewer records than were committed.
-    admin.delete_topics([topic])[topic].result(30)
-    wait_until(lambda: topic not in admin.list_topics(timeout=5).topics, 60, f"{topic} to be deleted")
-
-    def recreated() -> bool:
-        try:
-            create_topic(admin, topic, 1)
-            return True
-        except Exception as exc:  # noqa: BLE001 - the broker may still be removing the old topic
-            if "exists" in str(exc).lower() or "marked for deletion" in str(exc).lower():
-                return False
-            raise
-
-    wait_until(recreated, 60, f"{topic} to be created again")
+    recreate_topic(admin, topic)
     produce_json(kafka_bootstrap, topic, 20, partitions=1, start=1000)  # offsets 0..19, ids 1000..1019
     version = _table_version(_table(tmp_path))
     rows = _rows(_table(tmp_path))

@@ -13,17 +13,15 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from testkit import create_topic, wait_until
 from connector.config import config_from_dict
 from connector.errors import CommitError, TableHistoryError, TopicRecreatedError
 from connector.kafka.watermarks import topic_ids
 from connector.table.sink import DeltaTableSink
-from tests.integration.test_table_features import Sink
-from tests.support import drain, produce_json
+from testkit import DRAIN_S, wait_until
+from testkit.kafka import produce_json, recreate_topic
+from testkit.pipeline import Sink, drain
 
 pytestmark = pytest.mark.integration
-
-DRAIN_S = 120
 
 
 def _config(table: Path, bootstrap: str, topics: str, name: str, **extra):
@@ -60,22 +58,6 @@ def _version(table) -> int:
     return deltalake.DeltaTable(str(table)).version()
 
 
-def _recreate(admin, topic: str, partitions: int = 1) -> None:
-    admin.delete_topics([topic])[topic].result(30)
-    wait_until(lambda: topic not in admin.list_topics(timeout=5).topics, 60, f"{topic} to be deleted")
-
-    def created() -> bool:
-        try:
-            create_topic(admin, topic, partitions)
-            return True
-        except Exception as exc:  # noqa: BLE001 - the broker may still be removing the old topic
-            if "exists" in str(exc).lower() or "marked for deletion" in str(exc).lower():
-                return False
-            raise
-
-    wait_until(created, 60, f"{topic} to be created again")
-
-
 def _counter(sink: Sink, name: str) -> float:
     return sink.coordinator.metrics.registry.get_sample_value(name) or 0.0
 
@@ -94,7 +76,7 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_is_never_read_from
         "the topic id is recorded with the offsets"
 
     # lakesink is down: the topic is deleted, created again and refilled past the committed offset 30
-    _recreate(admin, topic)
+    recreate_topic(admin, topic)
     new_id = topic_ids(admin, [topic])[topic]
     assert new_id != old_id
     produce_json(kafka_bootstrap, topic, 50, partitions=1, start=1000)  # ids 1000..1049 at offsets 0..49
@@ -117,7 +99,7 @@ def test_a_recreated_topic_refilled_past_the_committed_offset_is_never_read_from
     assert DeltaTableSink(str(table), name).recover().topic_ids == {topic: new_id}
 
     # and once more, with latest: the new topic is read from its end
-    _recreate(admin, topic)
+    recreate_topic(admin, topic)
     newest = topic_ids(admin, [topic])[topic]
     produce_json(kafka_bootstrap, topic, 40, partitions=1, start=2000)  # offsets 0..39: skipped knowingly
     before = _rows(spark, table)
@@ -275,7 +257,7 @@ def test_the_manifest_of_an_older_lakesink_without_topic_ids_is_read_and_checked
     cfg = _config(table, kafka_bootstrap, topic, name)
     _sink(cfg, spark, {(topic, 0): 5}, "5 records")
     reader = DeltaTableSink(str(table), name)
-    manifest_path = table / reader._manifest_path(reader.recover().version)
+    manifest_path = table / reader.manifests.path(reader.recover().version)
     body = json.loads(manifest_path.read_text())
     del body["topic_ids"]  # as an older lakesink wrote it
     manifest_path.write_text(json.dumps(body))

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
-from tests.support import PacedProducer, free_port, http_get, produce_json, read_topic
+from connector.local.ports import free_port
+from testkit import DRAIN_S, LakesinkProcess, audit, exactly_once, pipeline_config, table_offsets, wait_until
+from testkit.kafka import PacedProducer, produce_json, read_topic
+from testkit.net import http_get
 
 pytestmark = pytest.mark.integration
 
-DRAIN_S = 180
 START_S = 120
 
 

@@ -3,7 +3,7 @@ record is dead-lettered (a source DDL with schema.evolution=false) and `ok` agai
 with one name on one control topic stop with one line while a standby coordinator of the same connector still takes
 over; the coordinator refuses at start-up a table its first commit would refuse; SIGTERM commits what was consumed.
 
-The roles run in this process on the session's Spark (connector/app/service.py Roles), except the SIGTERM test, which
+The roles run in this process on the session's Spark (connector/app/roles.py Roles), except the SIGTERM test, which
 needs a process of its own.
 """
 from __future__ import annotations
@@ -16,20 +16,21 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from testkit import LakesinkProcess, exactly_once, pipeline_config, table_offsets, wait_until
-from connector.app.service import Roles
+from connector.app.roles import Roles
 from connector.config import config_from_dict
 from connector.errors import FencedError, NameConflictError
-from connector.metrics import Metrics, MetricsServer
+from connector.local.ports import free_port
+from connector.observe.metrics import Metrics, MetricsServer
 from connector.table.features import UnsupportedTableError
 from connector.table.sink import DeltaTableSink
-from coordinator.service import CoordinatorService
+from coordinator.service import build_coordinator
 from participant.worker import Worker
-from tests.support import dead_letter_config, free_port, http_get, produce_json, read_topic
+from testkit import DRAIN_S, LakesinkProcess, exactly_once, pipeline_config, table_offsets, wait_until
+from testkit.kafka import produce_json, read_topic
+from testkit.net import http_get
+from testkit.pipeline import dead_letter_config
 
 pytestmark = pytest.mark.integration
-
-DRAIN_S = 180
 
 
 class Running:
@@ -42,7 +43,7 @@ class Running:
         self.roles = Roles(self.metrics, stall_s=60, connector=cfg.name,
                            dead_letter_txns=cfg.health_deadletter_transactions)
         if coordinator:
-            service = CoordinatorService(cfg, spark_factory=lambda: spark, metrics=self.metrics)
+            service = build_coordinator(cfg, spark_factory=lambda: spark, metrics=self.metrics)
             service.drain = self.roles.drain
             self.roles.add("coordinator", service.run, drains=True)
         if worker:
@@ -200,7 +201,7 @@ def test_the_coordinator_refuses_a_users_table_without_kafka_columns_before_writ
     cfg = _named(name, kafka_bootstrap, topic, table, control)
     _produce(kafka_bootstrap, topic, [{"id": 100 + i, "email": f"u{i}@example.com"} for i in range(8)])
     before = DeltaTableSink(cfg.table_path, cfg.name).table_version()
-    coordinator = CoordinatorService(cfg, spark_factory=lambda: spark)
+    coordinator = build_coordinator(cfg, spark_factory=lambda: spark)
     with pytest.raises(UnsupportedTableError) as refused:
         coordinator.open()
     coordinator.close()

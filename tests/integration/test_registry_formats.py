@@ -22,55 +22,18 @@ from decimal import Decimal
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connector.config import config_from_dict
-from tests.integration.test_table_features import Sink
-from tests.integration.test_typed_records import _drain, _ends, _produce, spark_read
-from tests.support import read_topic
 from connector.table.sink import DeltaTableSink
+from testkit.debezium import avro_envelope
+from testkit.kafka import offset_ends, produce_records, read_topic
+from testkit.pipeline import CLASS, MESSAGE, Sink, drain_records
+from testkit.readback import spark_read
+from testkit.registry import avro_serializer, records_in, registry_config
 
 pytestmark = pytest.mark.integration
 
 UTC = dt.timezone.utc
-CLASS = "__connect.errors.exception.class.name"
-MESSAGE = "__connect.errors.exception.message"
-
-
-def _config(tmp_path, bootstrap: str, registry_url: str, topic: str, table, **extra):
-    name = f"reg-{uuid.uuid4().hex[:8]}"
-    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
-                "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
-                "target.table.name": table.name, "transaction.interval.ms": "1000",
-                "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000",
-                "schema.registry.url": registry_url}
-    settings.update({k: str(v) for k, v in extra.items()})
-    return config_from_dict(settings)
-
-
-def _serializer(registry_url: str, schema: dict) -> tuple[AvroSerializer, SchemaRegistryClient]:
-    client = SchemaRegistryClient({"url": registry_url})
-    return AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True}), client
-
-
-def _records_in(bootstrap: str, topic: str) -> int:
-    """How many records a topic holds (0 when it does not exist)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    if topic not in topics:
-        return 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{uuid.uuid4().hex}"})
-    try:
-        total = 0
-        for p in topics[topic].partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += high - low
-        return total
-    finally:
-        consumer.close()
 
 
 # --- Avro ---------------------------------------------------------------------------------------------------
@@ -138,23 +101,23 @@ def test_avro_records_of_two_writer_schemas_land_typed_and_bad_ones_are_dead_let
     topic = make_topic(partitions=2)
     dlq = f"dlq-{topic}"
     table = tmp_path / "tables" / "avro_events"
-    cfg = _config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
+    cfg = registry_config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
         "value.converter": "io.confluent.connect.avro.AvroConverter", "schema.evolution": "true",
         "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq})
-    v1, client = _serializer(schema_registry.url, _avro_v1("Event"))
-    v2, _ = _serializer(schema_registry.url, _avro_v2("Event"))
+    v1, client = avro_serializer(schema_registry.url, _avro_v1("Event"))
+    v2, _ = avro_serializer(schema_registry.url, _avro_v2("Event"))
     ctx = SerializationContext(topic, MessageField.VALUE)
     good1 = [(i % 2, str(i).encode(), v1(_avro_record(i), ctx)) for i in range(6)]
-    coords = _produce(kafka_bootstrap, topic, good1)
+    coords = produce_records(kafka_bootstrap, topic, good1)
     truncated = v1(_avro_record(99), ctx)[:12]
     unknown_id = b"\x00" + (987654).to_bytes(4, "big") + v1(_avro_record(98), ctx)[5:]
     bad = [(0, b"bad-json", b'{"id": 1}'), (0, b"bad-id", unknown_id), (1, b"bad-cut", truncated)]
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the v1 records committed")
-        coords += _produce(kafka_bootstrap, topic, bad)
+        drain_records(sink, cfg, offset_ends(coords, topic), "the v1 records committed")
+        coords += produce_records(kafka_bootstrap, topic, bad)
         good2 = [(i % 2, str(i).encode(), v2(_avro_record(i, v2=True), ctx)) for i in range(6, 10)]
-        coords += _produce(kafka_bootstrap, topic, good2)
-        _drain(sink, cfg, _ends(coords, topic), "the v2 records and the bad ones handled")
+        coords += produce_records(kafka_bootstrap, topic, good2)
+        drain_records(sink, cfg, offset_ends(coords, topic), "the v2 records and the bad ones handled")
 
     types, rows = spark_read(spark, table)
     assert {k: v for k, v in types.items() if not k.startswith("_kafka_")} == {
@@ -219,11 +182,11 @@ def test_a_registry_that_stops_mid_stream_holds_the_partition_and_loses_nothing(
     the same schemas (srfake keeps them in memory: registered again, in the same order, they get the same ids),
     the partition resumes and the table has every record once.
 
-    The sink reaches the registry through a loopback forwarder (tests/s3proxy.py forwards any HTTP/1.1), turned to
+    The sink reaches the registry through a loopback forwarder (testkit/s3proxy.py forwards any HTTP/1.1), turned to
     the new registry only once that holds both schemas: a registry answering before then would say schema id 2 is
     unknown, a record error, which is right for a registry that lost its schemas but not what this test is about."""
     from connector.local.registry import LocalRegistry
-    from tests.s3proxy import S3Proxy
+    from testkit.s3proxy import S3Proxy
 
     topic = make_topic(partitions=1)
     dlq = f"dlq-{topic}"
@@ -231,19 +194,19 @@ def test_a_registry_that_stops_mid_stream_holds_the_partition_and_loses_nothing(
     registry = LocalRegistry(tmp_path / "registry").start()
     front = S3Proxy(registry.url).start()
     try:
-        cfg = _config(tmp_path, kafka_bootstrap, front.endpoint, topic, table, **{
+        cfg = registry_config(tmp_path, kafka_bootstrap, front.endpoint, topic, table, **{
             "value.converter": "avro", "schema.evolution": "true", "errors.tolerance": "all",
             "errors.deadletterqueue.topic.name": dlq, "schema.registry.timeout": "2",
             "schema.registry.max.retries": "0"})
         ctx = SerializationContext(topic, MessageField.VALUE)
-        first, _ = _serializer(registry.url, _avro_v1("Outage"))
-        second, _ = _serializer(registry.url, _avro_v2("Outage"))
-        coords = _produce(kafka_bootstrap, topic, [(0, None, first(_avro_record(i), ctx)) for i in range(5)])
+        first, _ = avro_serializer(registry.url, _avro_v1("Outage"))
+        second, _ = avro_serializer(registry.url, _avro_v2("Outage"))
+        coords = produce_records(kafka_bootstrap, topic, [(0, None, first(_avro_record(i), ctx)) for i in range(5)])
         later = [(0, None, second(_avro_record(i, v2=True), ctx)) for i in range(5, 9)]
         with Sink(cfg, spark) as sink:
-            _drain(sink, cfg, _ends(coords, topic), "the v1 records committed")
+            drain_records(sink, cfg, offset_ends(coords, topic), "the v1 records committed")
             registry.stop()
-            coords += _produce(kafka_bootstrap, topic, later)  # schema id 2: not fetched by the sink yet
+            coords += produce_records(kafka_bootstrap, topic, later)  # schema id 2: not fetched by the sink yet
             deadline = time.monotonic() + 60
             while sink.worker.metrics.value("schema_registry_waiting_partitions") != 1:
                 assert time.monotonic() < deadline, "the partition never waited for the registry"
@@ -260,10 +223,10 @@ def test_a_registry_that_stops_mid_stream_holds_the_partition_and_loses_nothing(
             assert f"schema registry: 1 partition waits for it (worker {worker}): {row['registry_error']}" in \
                 status["problems"]
             registry = LocalRegistry(tmp_path / "registry2").start()
-            _serializer(registry.url, _avro_v1("Outage"))[0](_avro_record(0), ctx)  # id 1 again
-            _serializer(registry.url, _avro_v2("Outage"))[0](_avro_record(0, v2=True), ctx)  # id 2 again
+            avro_serializer(registry.url, _avro_v1("Outage"))[0](_avro_record(0), ctx)  # id 1 again
+            avro_serializer(registry.url, _avro_v2("Outage"))[0](_avro_record(0, v2=True), ctx)  # id 2 again
             front.upstream = ("127.0.0.1", int(registry.url.rsplit(":", 1)[1]))  # the sink sees it from now on
-            _drain(sink, cfg, _ends(coords, topic), "the records written while the registry was away")
+            drain_records(sink, cfg, offset_ends(coords, topic), "the records written while the registry was away")
             assert sink.worker.metrics.value("schema_registry_waiting_partitions") == 0
             status = _status_until(cfg, lambda s: not _registry_waiting(s, worker), "status still shows the wait")
             assert not any(p.startswith("schema registry") for p in status["problems"]), status["problems"]
@@ -272,7 +235,7 @@ def test_a_registry_that_stops_mid_stream_holds_the_partition_and_loses_nothing(
         registry.stop()
     _, rows = spark_read(spark, table)
     assert sorted(r["id"] for r in rows) == list(range(9))
-    assert _records_in(kafka_bootstrap, dlq) == 0
+    assert records_in(kafka_bootstrap, dlq) == 0
 
 
 # --- Debezium's Avro envelope, Avro keys, upsert ------------------------------------------------------------
@@ -295,16 +258,7 @@ def _debezium_schemas(table: str) -> tuple[dict, dict]:
                                              "connect.name": "org.apache.kafka.connect.data.Decimal",
                                              "logicalType": "decimal"}], "default": None},
         {"name": "note", "type": ["null", "string"], "default": None}]}
-    envelope = {"type": "record", "name": "Envelope", "namespace": ns, "connect.name": f"{ns}.Envelope", "fields": [
-        {"name": "before", "type": ["null", value], "default": None},
-        {"name": "after", "type": ["null", "Value"], "default": None},
-        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
-                                    "fields": [{"name": "version", "type": "string"},
-                                               {"name": "connector", "type": "string"},
-                                               {"name": "ts_ms", "type": "long"},
-                                               {"name": "lsn", "type": ["null", "long"], "default": None}]}},
-        {"name": "op", "type": "string"},
-        {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+    envelope = avro_envelope(ns, value, **{"connect.name": f"{ns}.Envelope"})
     key = {"type": "record", "name": "Key", "namespace": ns, "fields": [{"name": "id", "type": "int"}]}
     return envelope, key
 
@@ -313,11 +267,11 @@ def test_debezium_avro_events_with_avro_keys_upsert_typed_rows_and_delete(
         kafka_bootstrap, schema_registry, make_topic, tmp_path, spark):
     topic = make_topic(partitions=1)
     table = tmp_path / "tables" / "orders"
-    cfg = _config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
+    cfg = registry_config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
         "value.converter": "avro", "key.converter": "avro", "write.mode": "upsert", "value.envelope": "debezium",
         "delete.enabled": "true", "schema.evolution": "true"})
     envelope, key = _debezium_schemas(f"orders_{uuid.uuid4().hex[:6]}")
-    events, keys = _serializer(schema_registry.url, envelope)[0], _serializer(schema_registry.url, key)[0]
+    events, keys = avro_serializer(schema_registry.url, envelope)[0], avro_serializer(schema_registry.url, key)[0]
     value_ctx, key_ctx = SerializationContext(topic, MessageField.VALUE), SerializationContext(topic, MessageField.KEY)
 
     def event(op, before, after, lsn):
@@ -336,9 +290,9 @@ def test_debezium_avro_events_with_avro_keys_upsert_typed_rows_and_delete(
                (0, keys({"id": 1}, key_ctx), event("u", o1, {**o1, "qty": 4, "note": "updated"}, 13)),
                (0, keys({"id": 2}, key_ctx), event("d", o2, None, 14)),
                (0, keys({"id": 2}, key_ctx), None)]
-    coords = _produce(kafka_bootstrap, topic, records)
+    coords = produce_records(kafka_bootstrap, topic, records)
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the Debezium Avro changes merged")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the Debezium Avro changes merged")
     types, rows = spark_read(spark, table)
     assert {k: types[k] for k in ("id", "qty", "ordered", "updated", "shipped", "price", "note", "_kafka_key")} == {
         "id": "int", "qty": "smallint", "ordered": "date", "updated": "timestamp_ntz", "shipped": "timestamp",
@@ -359,7 +313,7 @@ def test_json_schema_records_land_typed(kafka_bootstrap, schema_registry, make_t
 
     topic = make_topic(partitions=1)
     table = tmp_path / "tables" / "js"
-    cfg = _config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
+    cfg = registry_config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
         "value.converter": "io.confluent.connect.json.JsonSchemaConverter"})
     schema = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Event", "type": "object",
               "properties": {
@@ -374,9 +328,9 @@ def test_json_schema_records_land_typed(kafka_bootstrap, schema_registry, make_t
     values = [{"id": i, "name": f"n{i}", "score": i / 4, "ok": i % 2 == 0, "at": "2024-03-01T10:00:00.123456+02:00",
                "day": "2024-02-29", "note": None if i % 2 else "x", "tags": ["a"] * i, "where": {"city": "Porto"}}
               for i in range(4)]
-    coords = _produce(kafka_bootstrap, topic, [(0, None, serializer(v, ctx)) for v in values])
+    coords = produce_records(kafka_bootstrap, topic, [(0, None, serializer(v, ctx)) for v in values])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the JSON Schema records committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the JSON Schema records committed")
     types, rows = spark_read(spark, table)
     assert {k: v for k, v in types.items() if not k.startswith("_kafka_")} == {
         "id": "bigint", "name": "string", "score": "double", "ok": "boolean", "at": "timestamp", "day": "date",
@@ -392,11 +346,11 @@ def test_protobuf_records_with_imports_and_well_known_types_land_typed(
         kafka_bootstrap, schema_registry, make_topic, tmp_path, spark):
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
-    from tests.unit.test_protobuf_mapping import classes, common_file, orders_file
+    from testkit.protobuf import classes, common_file, orders_file
 
     topic = make_topic(partitions=2)
     table = tmp_path / "tables" / "pb"
-    cfg = _config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
+    cfg = registry_config(tmp_path, kafka_bootstrap, schema_registry.url, topic, table, **{
         "value.converter": "io.confluent.connect.protobuf.ProtobufConverter"})
     shop = classes(common_file(), orders_file())
     serializer = ProtobufSerializer(shop["shop.Order"], SchemaRegistryClient({"url": schema_registry.url}),
@@ -414,9 +368,9 @@ def test_protobuf_records_with_imports_and_well_known_types_land_typed(
         if i % 2:
             order.w_int32.value = i
         records.append((i % 2, None, serializer(order, ctx)))
-    coords = _produce(kafka_bootstrap, topic, records)
+    coords = produce_records(kafka_bootstrap, topic, records)
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the Protobuf records committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the Protobuf records committed")
     types, rows = spark_read(spark, table)
     assert (types["i64"], types["u64"], types["status"], types["address"], types["numbers"], types["counts"],
             types["ts"], types["w_int32"]) == ("bigint", "decimal(20,0)", "string",

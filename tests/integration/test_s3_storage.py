@@ -13,17 +13,16 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_store, wait_until
 from connector.protocol.messages import WriteStatus, txn_version
 from connector.storage.store import Location, S3Settings, Store
-from connector.table.sink import DeltaTableSink, txn_tag
+from connector.table.sink import DeltaTableSink
+from connector.table.state import status_files, txn_tag
 from connector.table.sweep import sweep
 from participant.filegroup import FileGroupWriter
-from tests.support import produce_json
+from testkit import DRAIN_S, LakesinkProcess, audit, exactly_once, pipeline_config, table_store, wait_until
+from testkit.kafka import produce_json
 
 pytestmark = pytest.mark.integration
-
-DRAIN_S = 240
 
 
 def _store(server, name: str, endpoint: str | None = None, bucket: str | None = None) -> Store:
@@ -119,8 +118,8 @@ def test_a_file_list_too_large_for_a_control_message_travels_in_an_object(spark,
     store = _store(s3_server, "ref")
     sink = DeltaTableSink(store.root.delta_uri, "app", spark_factory=lambda: spark, store=store)
     status = _status(store, "app", 1, 1, list(range(100)))
-    files, schemas, ref = sink.status_files(list(status.files), status.schemas, ("t", 0), "w", txn_tag(1, 1),
-                                            inline_bytes=100)
+    files, schemas, ref = status_files(store, "app", list(status.files), status.schemas, ("t", 0), "w",
+                                       txn_tag(1, 1), inline_bytes=100)
     assert files == () and schemas == () and ref.startswith("_lakesink/app/status/e000001-t00000001/")
     by_ref = WriteStatus("app", 1, 1, topic="t", partition=0, worker="w", start_offset=0, first_offset=0,
                          next_offset=100, files=(), rows=100, bytes=status.bytes, files_ref=ref)
@@ -140,7 +139,7 @@ def test_a_store_lakesink_cannot_use_stops_start_up_with_one_line_and_nothing_wr
     which, and writes nothing to the store (no table, no manifest, no data file)."""
     import socket
 
-    from tests.s3proxy import S3Proxy
+    from testkit.s3proxy import S3Proxy
 
     topic = make_topic(partitions=1)
     produce_json(kafka_bootstrap, topic, 10, partitions=1)
@@ -179,7 +178,7 @@ def test_a_small_data_file_is_one_put_and_a_large_one_a_multipart_upload(s3_serv
     import pyarrow.parquet as pq
 
     from connector.table.datafiles import ParquetOut
-    from tests.s3proxy import S3Proxy
+    from testkit.s3proxy import S3Proxy
 
     schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
     with S3Proxy(s3_server.endpoint) as proxy:
@@ -204,7 +203,7 @@ def test_a_checksum_file_on_s3_is_one_put_and_never_replaces_another(spark, s3_s
     temporary object, copied it and deleted it; lakesink's manager (connector/table/java) puts the object itself,
     conditionally when it must not replace one, and a cancelled write leaves nothing. Through the counting proxy, on a
     bucket of its own so that the session's S3A reaches it through the proxy too."""
-    from tests.s3proxy import S3Proxy
+    from testkit.s3proxy import S3Proxy
 
     bucket = f"crc-{uuid.uuid4().hex[:8]}"
     s3_server.client().create_bucket(Bucket=bucket)

@@ -1,4 +1,4 @@
-"""tests/s3proxy.py in front of the real local S3 server: boto3 and Spark's S3A work through it unchanged, its
+"""testkit/s3proxy.py in front of the real local S3 server: boto3 and Spark's S3A work through it unchanged, its
 delay holds exactly the PUTs it names, and with stripping the server becomes a store that ignores conditional
 writes, which check_store refuses."""
 from __future__ import annotations
@@ -14,21 +14,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from connector.errors import SetupError
+from connector.local.s3 import ACCESS_KEY, SECRET_KEY, s3_client
 from connector.storage.checks import check_store
-from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY, s3_client
 from connector.storage.store import Location, S3Settings, Store
-from tests.s3proxy import STREAMING_SIGNED, S3Proxy
+from testkit.s3 import put_if_absent
+from testkit.s3proxy import STREAMING_SIGNED, S3Proxy
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _conditional_put(client, bucket: str, key: str, body: bytes) -> int:
-    try:
-        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-        return 200
-    except ClientError as error:
-        return int(error.response["ResponseMetadata"]["HTTPStatusCode"])
 
 
 def test_boto3_works_through_the_proxy_and_a_second_conditional_put_is_refused(s3_server):
@@ -38,8 +31,8 @@ def test_boto3_works_through_the_proxy_and_a_second_conditional_put_is_refused(s
         client.put_object(Bucket=bucket, Key=f"{prefix}/a", Body=b"alpha")
         assert client.get_object(Bucket=bucket, Key=f"{prefix}/a")["Body"].read() == b"alpha"
         assert client.head_object(Bucket=bucket, Key=f"{prefix}/a")["ContentLength"] == 5
-        assert _conditional_put(client, bucket, f"{prefix}/b", b"first") == 200
-        assert _conditional_put(client, bucket, f"{prefix}/b", b"second") == 412
+        assert put_if_absent(client, bucket, f"{prefix}/b", b"first") == 200
+        assert put_if_absent(client, bucket, f"{prefix}/b", b"second") == 412
         listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
         assert [o["Key"] for o in listed["Contents"]] == [f"{prefix}/a", f"{prefix}/b"]
         client.delete_object(Bucket=bucket, Key=f"{prefix}/a")
@@ -53,8 +46,8 @@ def test_boto3_works_through_the_proxy_and_a_second_conditional_put_is_refused(s
 def test_stripping_makes_a_store_that_ignores_conditional_writes_and_check_store_refuses_it(s3_server):
     with S3Proxy(s3_server.endpoint, strip_conditional=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY) as proxy:
         client, key = s3_client(proxy.endpoint, ACCESS_KEY, SECRET_KEY), f"proxy/{uuid.uuid4().hex}"
-        assert _conditional_put(client, s3_server.bucket, key, b"first") == 200
-        assert _conditional_put(client, s3_server.bucket, key, b"second") == 200
+        assert put_if_absent(client, s3_server.bucket, key, b"first") == 200
+        assert put_if_absent(client, s3_server.bucket, key, b"second") == 200
         assert proxy.counters.stripped_paths == [f"/{s3_server.bucket}/{key}"] * 2
         store = Store(Location.parse(f"s3://{s3_server.bucket}/proxy/{uuid.uuid4().hex}/events"),
                       S3Settings(proxy.endpoint, None, True, ACCESS_KEY, SECRET_KEY))
@@ -65,7 +58,7 @@ def test_stripping_makes_a_store_that_ignores_conditional_writes_and_check_store
 
 DRIVER = """
 import json, sys, time
-from connector.spark import get_spark
+from connector.jvm.spark import get_spark
 from connector.storage.store import S3Settings
 
 endpoint, table, marker = sys.argv[1:4]

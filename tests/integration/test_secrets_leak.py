@@ -15,9 +15,11 @@ import uuid
 
 import pytest
 
-from testkit import LakesinkProcess, exactly_once, pipeline_config, wait_until
+from connector.local.ports import free_port
 from connector.secrets import REDACTED
-from tests.support import free_port, http_get, produce_json, read_topic
+from testkit import LakesinkProcess, exactly_once, pipeline_config, wait_until
+from testkit.kafka import produce_json, read_topic
+from testkit.net import http_get
 
 pytestmark = pytest.mark.integration
 

@@ -18,12 +18,11 @@ from collections import Counter
 
 import pytest
 
-from testkit import LakesinkProcess, pipeline_config, table_offsets, wait_until
+from testkit import DRAIN_S, LakesinkProcess, pipeline_config, table_offsets, wait_until
 
 pytestmark = pytest.mark.integration
 
 PASSWORD_ENV = "LAKESINK_TEST_SASL_PASSWORD"
-DRAIN_S = 150
 REFUSAL_S = 30
 """Bound of a refused start: the interpreter, lakesink's imports and the check itself (seconds)."""
 
@@ -33,7 +32,7 @@ def secured(tmp_path_factory):
     """One LocalKafka with its SASL_SSL and mTLS listeners for the whole module."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         pytest.skip("needs the local broker's secured listeners")
-    from connector.kafka.local import LocalKafka
+    from connector.local.kafka import LocalKafka
 
     broker = LocalKafka(tmp_path_factory.mktemp("secured-kafka"), heap="512m", secured=True)
     broker.start()
@@ -225,7 +224,7 @@ def test_a_wrong_password_is_one_line_at_start_and_from_validate(secured, tmp_pa
 
 @pytest.mark.parametrize("listener", ["sasl_ssl", "mtls"])
 def test_an_untrusted_ca_is_one_line_at_start_and_from_validate(secured, tmp_path, listener):
-    from connector.kafka.local import make_ca
+    from connector.local.kafka import make_ca
 
     make_ca(tmp_path, "other-ca")
     topic = _topic(secured, listener, 1)
@@ -234,7 +233,7 @@ def test_an_untrusted_ca_is_one_line_at_start_and_from_validate(secured, tmp_pat
 
 
 def test_a_client_certificate_the_broker_does_not_trust_is_one_line_at_start(secured, tmp_path):
-    from connector.kafka.local import make_ca, write_client_certificate
+    from connector.local.kafka import make_ca, write_client_certificate
 
     ca, ca_key = make_ca(tmp_path, "other-ca")
     cert, key = write_client_certificate(tmp_path, ca, ca_key, "stranger")

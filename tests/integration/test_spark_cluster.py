@@ -1,7 +1,8 @@
-"""lakesink's Spark jobs off the driver (issue 16, scale-out): a driver of `connector.spark.get_spark` on a standalone
-cluster (connector/spark_cluster.py: a master and a worker from pyspark's own launcher, on 127.0.0.1) writes a Delta
-table on the local S3 server, every task in an executor JVM that loaded lakesink's jars from the driver, and delta-rs
-reads every row back. The driver runs in a process of its own (tests/integration/spark_cluster_driver.py)."""
+"""lakesink's Spark jobs off the driver (issue 16, scale-out): a driver of `connector.jvm.spark.get_spark` on a
+standalone cluster (connector/local/spark_cluster.py: a master and a worker from pyspark's own launcher, on 127.0.0.1)
+writes a Delta table on the local S3 server, every task in an executor JVM that loaded lakesink's jars from the
+driver, and delta-rs reads every row back. The driver runs in a process of its own
+(tests/integration/spark_cluster_driver.py)."""
 from __future__ import annotations
 
 import json
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from connector.errors import SetupError
-from connector.spark_cluster import LocalSparkCluster
-from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
+from connector.local.s3 import ACCESS_KEY, SECRET_KEY
+from connector.local.spark_cluster import LocalSparkCluster
+from testkit import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -146,7 +148,8 @@ def test_the_cluster_listens_on_loopback_only_and_stop_ends_it_with_a_running_ap
                 assert time.monotonic() < deadline, f"no executor started within 60 s: see {cluster.worker_log}"
                 assert driver.poll() is None, "the driver exited before its executor started"
                 time.sleep(0.2)
-            assert cluster.state()["activeapps"][0]["name"] == "held"
+            wait_until(lambda: [app["name"] for app in cluster.state()["activeapps"]] == ["held"], 30,
+                       "the master to list the held application")
             # the master, the worker (each an RPC port and a web UI) and the executor (its block manager, once it
             # has registered) listen on loopback only
             listening = _listening([pid for pgid in groups for pid in _members(pgid)])
@@ -187,7 +190,7 @@ def test_the_coordinator_on_a_standalone_cluster_commits_an_s3_table_through_its
     Delta's writer reads the participants' data files and writes the table's in executor JVMs; every record lands
     once and the master lists the connector's application with executors."""
     from testkit import LakesinkProcess, exactly_once, pipeline_config, table_store, wait_until
-    from tests.support import produce_json
+    from testkit.kafka import produce_json
 
     topic = make_topic(partitions=2)
     conf = {k: v for k, v in spark_cluster.driver_conf().items()}

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from connector.errors import SetupError
+from connector.local.s3 import ACCESS_KEY, SECRET_KEY
 from connector.storage.checks import check_store
-from connector.storage.local_s3 import ACCESS_KEY, SECRET_KEY
 from connector.storage.store import Location, S3Settings, Store
-from tests.s3proxy import S3Proxy
+from testkit.s3proxy import S3Proxy
 
 pytestmark = pytest.mark.integration
 BOUND_S = 15.0

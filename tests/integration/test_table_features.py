@@ -4,7 +4,6 @@ wrong). The roles run in this process on the session's Spark."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 
@@ -12,50 +11,17 @@ import deltalake
 import pytest
 from confluent_kafka import Producer
 
-from testkit import wait_until
 from connector.config import config_from_dict
 from connector.errors import CommitAbandonedError, ConstraintViolationError
-from connector.loop import run_until_stopped
 from connector.table.features import DELTA_SPARK_FEATURES, UnsupportedTableError
-from coordinator.service import CoordinatorService
-from participant.worker import Worker
-from tests.support import read_topic
+from coordinator.service import build_coordinator
+from testkit import wait_until
+from testkit.kafka import read_topic
+from testkit.pipeline import META, Sink
 
 pytestmark = pytest.mark.integration
 
 RECORDS = 400
-META = ("_kafka_topic STRING, _kafka_partition INT, _kafka_offset BIGINT, _kafka_timestamp TIMESTAMP, "
-        "_kafka_key BINARY")
-
-
-class Sink:
-    """A coordinator and a worker of one connector, each stepping in its own thread."""
-
-    def __init__(self, cfg, spark):
-        self.cfg = cfg
-        self.stop = threading.Event()
-        self.errors: dict[str, BaseException] = {}
-        self.coordinator = CoordinatorService(cfg, spark_factory=lambda: spark)
-        self.worker = Worker(cfg, worker_id=f"w-{uuid.uuid4().hex[:6]}")
-        self._threads = [threading.Thread(target=self._run, args=(name, role), daemon=True)
-                         for name, role in (("coordinator", self.coordinator), ("worker", self.worker))]
-
-    def _run(self, name, role):
-        try:
-            run_until_stopped(role, self.stop)
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            self.errors[name] = exc
-            self.stop.set()
-
-    def __enter__(self):
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self._threads:
-            t.join(60)
 
 
 def _config(tmp_path, bootstrap, topic, table, **extra):
@@ -226,7 +192,7 @@ def test_unsupported_table_is_refused_at_start_up(ddl, feature, kafka_bootstrap,
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT) USING delta {ddl}")
     version = deltalake.DeltaTable(str(table)).version()
     cfg = _config(tmp_path, kafka_bootstrap, make_topic(), table)
-    coordinator = CoordinatorService(cfg, spark_factory=lambda: spark)
+    coordinator = build_coordinator(cfg, spark_factory=lambda: spark)
     if feature is None:
         assert coordinator.sink.check_supported() is not None
         return

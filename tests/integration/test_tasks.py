@@ -11,7 +11,7 @@ from connector.kafka.clients import KafkaClients
 from connector.protocol.channel import read_tail
 from connector.protocol.messages import WriteStatus
 from testkit import LakesinkProcess, audit, exactly_once, pipeline_config, table_store, wait_until
-from tests.support import produce_json
+from testkit.kafka import produce_json
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from testkit import create_topic, open_table, wait_until
 from connector.config import config_from_dict
-from tests.integration.test_table_features import Sink
-from tests.support import drain, produce_json
+from testkit import create_topic, open_table, wait_until
+from testkit.kafka import produce_json
+from testkit.pipeline import Sink, drain
 
 pytestmark = pytest.mark.integration
 

@@ -19,25 +19,19 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import uuid
 from decimal import Context, Decimal, localcontext
 
 import deltalake
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
 
-from connector.config import config_from_dict
-from tests.integration.test_table_features import META, Sink
-from tests.support import drain, read_topic
+from testkit.kafka import offset_ends, produce_records, read_topic
+from testkit.pipeline import CLASS, MESSAGE, META, Sink, drain_records, inprocess_config
+from testkit.readback import UTC, delta_read, spark_read
 
 pytestmark = pytest.mark.integration
 
-DRAIN_S = 150
-UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1)
-CLASS = "__connect.errors.exception.class.name"
-MESSAGE = "__connect.errors.exception.message"
 
 
 # --- Kafka Connect's JSON form ------------------------------------------------------------------------------
@@ -90,41 +84,7 @@ def decimal(scale: int, precision: int | None = None) -> tuple[str, str, dict]:
 # --- running a connector in this process ----------------------------------------------------------------------
 
 def _config(tmp_path, bootstrap: str, topic: str, table, **extra):
-    name = f"typed-{uuid.uuid4().hex[:8]}"
-    settings = {"name": name, "kafka.bootstrap.servers": bootstrap, "kafka.topic.names": topic,
-                "control.topic.name": f"control-{name}", "target.base.path": str(table.parent),
-                "target.table.name": table.name, "transaction.interval.ms": "1000",
-                "coordinator.writestatus.timeout.ms": "20000", "consumer.session.timeout.ms": "6000"}
-    settings.update({k: str(v) for k, v in extra.items()})
-    return config_from_dict(settings)
-
-
-def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None, bytes | None]],
-             headers: list | None = None) -> list[tuple[int, int]]:
-    """(partition, key, value) in order (with `headers[i]` for record i); returns each record's (partition,
-    offset)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    where: dict[int, tuple[int, int]] = {}
-    for i, (partition, key, value) in enumerate(records):
-        def delivered(err, msg, i=i):
-            assert err is None, err
-            where[i] = (msg.partition(), msg.offset())
-
-        producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered,
-                         headers=headers[i] if headers else None)
-    assert producer.flush(30) == 0
-    return [where[i] for i in range(len(records))]
-
-
-def _ends(coords: list[tuple[int, int]], topic: str) -> dict[tuple[str, int], int]:
-    ends: dict[tuple[str, int], int] = {}
-    for p, o in coords:
-        ends[(topic, p)] = max(ends.get((topic, p), 0), o + 1)
-    return ends
-
-
-def _drain(sink: Sink, cfg, ends: dict[tuple[str, int], int], what: str) -> None:
-    drain(sink, cfg, ends, what, DRAIN_S)
+    return inprocess_config("typed", bootstrap, topic, table, **extra)
 
 
 def _letters(bootstrap: str, dlq: str, count: int) -> dict[int, tuple[dict, bytes]]:
@@ -139,49 +99,6 @@ def _letters(bootstrap: str, dlq: str, count: int) -> dict[int, tuple[dict, byte
 
 
 # --- reading a table back two ways -------------------------------------------------------------------------
-
-def _plain(value):
-    """A value as plain Python: bytes for binary, dicts for structs (and Spark's maps), lists for arrays."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def spark_read(spark, table) -> tuple[dict[str, str], list[dict]]:
-    """Spark's column types (simpleString) and rows. TIMESTAMP columns are read as their instant (unix_micros, free
-    of any time zone) and returned as UTC datetimes; TIMESTAMP_NTZ as Spark gives them (naive)."""
-    df = spark.read.format("delta").load(str(table))
-    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
-    instants = [name for name, kind in types.items() if kind == "timestamp"]
-    df = df.selectExpr(*[f"unix_micros(`{c}`) AS `{c}`" if c in instants else f"`{c}`" for c in df.columns])
-    rows = []
-    for r in df.collect():
-        row = {k: _plain(v) for k, v in r.asDict(recursive=True).items()}
-        for c in instants:
-            row[c] = None if row[c] is None else dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=row[c])
-        rows.append(row)
-    return types, rows
-
-
-def delta_read(table, deletion_vectors: bool = False) -> tuple[dict[str, object], pa.Schema, list[dict]]:
-    """delta-rs: the Delta log's column types (Delta's names), the Arrow schema it reads, and the rows."""
-    t = deltalake.DeltaTable(str(table))
-    delta_types = {f["name"]: f["type"] for f in json.loads(t.schema().to_json())["fields"]}
-    if deletion_vectors:  # delta-rs's pyarrow dataset refuses deletion vectors: its query engine applies them
-        from deltalake import QueryBuilder
-
-        reader = QueryBuilder().register("t", t).execute("SELECT * FROM t")
-        data = pa.RecordBatchReader.from_stream(reader).read_all()
-    else:
-        data = t.to_pyarrow_table()
-    maps = {f.name for f in data.schema if pa.types.is_map(f.type)}  # Arrow's maps are lists of (key, value)
-    rows = [{k: {mk: _plain(mv) for mk, mv in v} if k in maps and v is not None else _plain(v) for k, v in r.items()}
-            for r in data.to_pylist()]
-    return delta_types, data.schema, rows
 
 
 def _by(rows: list[dict], key: str = "id") -> dict:
@@ -393,7 +310,8 @@ def _expected(record_id: int) -> dict:
 
 def test_append_with_value_schemas_gives_every_mapping_row_its_type_and_exact_values(
         kafka_bootstrap, make_topic, tmp_path, spark):
-    from connector.formats.connect import compile_schema, parse_schema
+    from connector.formats.connect import parse_schema
+    from connector.formats.connect_types import compile_schema
 
     topic, dlq = make_topic(partitions=2), make_topic(prefix="dlq")
     table = tmp_path / "tables" / "all_types"
@@ -407,13 +325,13 @@ def test_append_with_value_schemas_gives_every_mapping_row_its_type_and_exact_va
     assert compile_schema(parse_schema(FULL)).read_batch(b"\n".join(flat_payloads), len(ROWS)) is None
 
     wave1, wave2 = _wave(0), _wave(100)
-    coords = _produce(kafka_bootstrap, topic, wave1)
+    coords = produce_records(kafka_bootstrap, topic, wave1)
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the first wave committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the first wave committed")
         first_version = deltalake.DeltaTable(str(table)).version()
         # the second wave once the table exists: typed batches held to the table's own schema (as delta-rs reads it)
-        coords2 = _produce(kafka_bootstrap, topic, wave2)
-        _drain(sink, cfg, _ends(coords + coords2, topic), "the second wave committed")
+        coords2 = produce_records(kafka_bootstrap, topic, wave2)
+        drain_records(sink, cfg, offset_ends(coords + coords2, topic), "the second wave committed")
     assert deltalake.DeltaTable(str(table)).version() > first_version
     good_ids = sorted([*ROWS, *(b + 10 for b in ROWS), *(b + 100 for b in ROWS), *(b + 110 for b in ROWS)])
 
@@ -536,17 +454,17 @@ def test_debezium_upserts_with_schemas_keep_the_sources_types_through_inserts_up
              (0, _key(4), _event("c", None, o4, 21)),
              (0, _key(1), _event("d", key_only, None, 22)),
              (0, _key(1), None)]
-    coords = _produce(kafka_bootstrap, topic, wave1)
+    coords = produce_records(kafka_bootstrap, topic, wave1)
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the first changes merged")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the first changes merged")
         types, rows = spark_read(spark, table)
         rows = _by(rows)
         assert sorted(rows) == [1, 3] and rows[1]["note"] == "discounted" and rows[1]["_cdc_op"] == "u"
         assert rows[1]["price"] == Decimal("17.50") and rows[3]["qty"] == 32767 and "updated" not in types
         protocol = deltalake.DeltaTable(str(table)).protocol()
         assert "timestampNtz" not in (protocol.writer_features or [])
-        coords += _produce(kafka_bootstrap, topic, wave2)  # merged into the existing typed table, one column more
-        _drain(sink, cfg, _ends(coords, topic), "the second changes merged")
+        coords += produce_records(kafka_bootstrap, topic, wave2)  # merged into the existing typed table, one column more
+        drain_records(sink, cfg, offset_ends(coords, topic), "the second changes merged")
 
     expected = {
         3: {"id": 3, "price": Decimal("-0.01"), "ordered": dt.date(1969, 12, 31),
@@ -621,9 +539,9 @@ def test_a_spark_created_table_takes_typed_records_that_widen_and_dead_letters_t
         _sale(8, unscaled("1.00", 2), 0, 0, 0, "int64 into int", id_type="int64"),
         _sale(9, unscaled("0.50", 2), 19000, 1000, None, "last"),
     ]
-    coords = _produce(kafka_bootstrap, topic, [(0, b"s%d" % i, v) for i, v in enumerate(records)])
+    coords = produce_records(kafka_bootstrap, topic, [(0, b"s%d" % i, v) for i, v in enumerate(records)])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the sales committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the sales committed")
 
     expected = {
         1: (Decimal("99999999.99"), dt.date(2024, 3, 1), _utc("2024-03-01T10:00:00.123+00:00"), 32767),
@@ -674,9 +592,9 @@ def test_schema_evolution_adds_typed_columns_timestamp_ntz_included_to_a_spark_c
     payloads = [{"id": 1, "note": "a", "seen": -1, "tiny": -128, "amount": unscaled("-12.30", 2),
                  "audit": {"at": 1709287200123}},
                 {"id": 2, "note": None, "seen": None, "tiny": None, "amount": None, "audit": None}]
-    coords = _produce(kafka_bootstrap, topic, [(0, None, wrapped(schema, p)) for p in payloads])
+    coords = produce_records(kafka_bootstrap, topic, [(0, None, wrapped(schema, p)) for p in payloads])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the records committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the records committed")
 
     spark_types, spark_rows = spark_read(spark, table)
     assert {k: v for k, v in spark_types.items() if not k.startswith("_kafka_")} == {
@@ -710,9 +628,9 @@ def test_without_value_schemas_a_wrapped_value_is_dead_lettered_never_schema_and
               json.dumps({"id": 3, "name": "c"}).encode(),
               wrapped(schema, {"id": 4, "price": None}),
               json.dumps({"id": 5, "name": "e"}).encode()]
-    coords = _produce(kafka_bootstrap, topic, [(0, None, v) for v in values])
+    coords = produce_records(kafka_bootstrap, topic, [(0, None, v) for v in values])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the plain records committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the plain records committed")
 
     spark_types, spark_rows = spark_read(spark, table)
     assert {k: v for k, v in spark_types.items() if not k.startswith("_kafka_")} == {"id": "bigint", "name": "string"}
@@ -751,9 +669,9 @@ def test_a_source_type_that_widens_widens_the_column_only_where_the_table_allows
                   field("qty", "int32"))
     records = [wrapped(narrow, {"id": 2, "price": unscaled("-0.01", 2), "qty": -32768}),
                wrapped(wide, {"id": 2 ** 40, "price": unscaled("9999999999.99", 2), "qty": 2 ** 31 - 1})]
-    coords = _produce(kafka_bootstrap, topic, [(0, None, v) for v in records])
+    coords = produce_records(kafka_bootstrap, topic, [(0, None, v) for v in records])
     with Sink(cfg, spark) as sink:
-        _drain(sink, cfg, _ends(coords, topic), "the orders committed")
+        drain_records(sink, cfg, offset_ends(coords, topic), "the orders committed")
 
     spark_types, spark_rows = spark_read(spark, table)
     readers = [("spark", spark_rows)]

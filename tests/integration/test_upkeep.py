@@ -17,9 +17,8 @@ from deltalake import DeltaTable
 from connector.app.verify import verify
 from connector.config import config_from_dict
 from connector.table.upkeep import file_stats
-from tests.integration.test_table_features import Sink
 from testkit import wait_until
-from tests.support import drain
+from testkit.pipeline import Sink, drain
 
 pytestmark = pytest.mark.integration
 

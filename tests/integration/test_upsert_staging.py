@@ -13,14 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
-from testkit import wait_until
 from connector.config import config_from_dict
+from connector.formats.problems import UNSUPPORTED_OPERATION
 from connector.protocol.channel import ControlChannel
 from connector.protocol.messages import EndCommit, StartCommit, WriteStatus
 from connector.upsert import CDC_OP, CDC_SOURCE_LSN, DELETE_MARKER
-from participant.convert import UNSUPPORTED_OPERATION
 from participant.worker import Worker
-from tests.support import read_topic
+from testkit import wait_until
+from testkit.kafka import read_topic
 
 pytestmark = pytest.mark.integration
 

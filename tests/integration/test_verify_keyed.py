@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from connector.app.verify import read_columns
+from connector.app.verify_table import read_columns
 from connector.protocol.messages import txn_version
-from tests.support import write_config
+from testkit.process import write_config
 
 KEYS = 24
 CHANGES = 200

@@ -1,11 +1,11 @@
 """`lakesink verify` on a table with Delta's type widening, which delta-rs refuses to read: verify reads the data
-files its log lists, each cast to the table's types (connector/app/verify.py, `_read_widened`)."""
+files its log lists, each cast to the table's types (connector/app/verify_table.py, `_read_widened`)."""
 from __future__ import annotations
 
 import deltalake
 import pytest
 
-from connector.app.verify import VerifyError, read_columns
+from connector.app.verify_table import VerifyError, read_columns
 
 pytestmark = pytest.mark.integration
 

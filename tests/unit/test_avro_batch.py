@@ -5,6 +5,7 @@ bytes that make polars panic) is None, never a wrong table; the schemas it leave
 Converter's rows and record errors are the same with it and without."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 
 from connector.formats import avro_batch
 from connector.formats.avro import compile_avro
-from connector.formats.avro_batch import batch_reader
+from connector.formats.avro_batch import AVRO, batch_reader
 from connector.formats.problems import Problem
 from connector.formats.registry import RegistryReader
 from participant.convert import Converter
@@ -364,8 +365,8 @@ ORDER = record(("id", "long"), ("customer", "string"), ("amount", decimal(10, 2)
                name="Order")
 
 
-def _convert(client, values):
-    converter = Converter("avro", connect_meta_data=True, value_registry=RegistryReader("avro", client=client))
+def _convert(client, values, fmt=AVRO):
+    converter = Converter("avro", connect_meta_data=True, value_registry=RegistryReader(fmt, client=client))
     n = len(values)
     return converter.convert_raw(TOPIC, 0, list(range(n)), [1_700_000_000_000] * n, [None] * n, values)
 
@@ -387,12 +388,49 @@ def test_the_converter_makes_the_same_rows_and_record_errors_with_the_batch_path
     monkeypatch.setattr(avro_batch.BatchReader, "__call__",
                         lambda self, payloads: read.append(batch_read(self, payloads)) or read[-1])
     fast = _convert(client, values)
-    with monkeypatch.context() as patch:
-        patch.setattr(avro_batch, "batch_reader", lambda writer: None)
-        slow = _convert(client, values)
+    slow = _convert(client, values, dataclasses.replace(AVRO, batch=None))  # the format without its batch path
     assert len(read) == 1 and (read[0] is None) == bad  # the batch path took the batch, unless a record is bad
     assert fast.table.schema.equals(slow.table.schema, check_metadata=True) and fast.table.equals(slow.table)
     assert [(f.offset, f.error_class, f.error_message) for f in fast.failures] == \
         [(f.offset, f.error_class, f.error_message) for f in slow.failures]
     assert [f.offset for f in fast.failures] == ([3, 10, 20, 30] if bad else [])
     assert fast.table.num_rows == 50 - len(fast.failures)
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_decimals_of_connects_default_precision_64_read_the_same_with_the_batch_path_and_without(monkeypatch, bad):
+    """Connect's AvroConverter writes precision 64 for a Decimal without `connect.decimal.precision`: a
+    decimal(38, s) column either way, the batch path taking the batch, and a value of 39 digits the same record
+    error either way."""
+    from testkit.registry_values import connect_decimal
+
+    schema = record(("id", "long"), ("amount", connect_decimal(2)), ("whole", ["null", connect_decimal(0)]),
+                    ("priced", connect_decimal(2, 12)), name="Numeric")
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    serialize = AvroSerializer(client, json.dumps(schema), conf={"auto.register.schemas": True})
+    edge = ["9" * 36 + ".99", "-" + "9" * 36 + ".99", "0.00", "-0.01", "1" + "0" * 35 + ".00"]
+    rows = [{"id": i, "amount": Decimal(edge[i % len(edge)]), "whole": None if i % 3 == 0 else Decimal(-i),
+             "priced": Decimal(i).scaleb(-2)} for i in range(20)]
+    if bad:
+        rows[7]["amount"] = Decimal("1" + "0" * 36 + ".00")  # 39 digits
+        rows[11]["whole"] = Decimal("-" + "9" * 39)
+    values = [serialize(row, VALUE) for row in rows]
+    read = []
+    batch_read = avro_batch.BatchReader.__call__
+    monkeypatch.setattr(avro_batch.BatchReader, "__call__",
+                        lambda self, payloads: read.append(batch_read(self, payloads)) or read[-1])
+    fast = _convert(client, values)
+    slow = _convert(client, values, dataclasses.replace(AVRO, batch=None))  # the format without its batch path
+    assert len(read) == 1 and (read[0] is None) == bad
+    assert fast.table.schema.equals(slow.table.schema, check_metadata=True) and fast.table.equals(slow.table)
+    assert [(f.offset, f.error_class, f.error_message) for f in fast.failures] == \
+        [(f.offset, f.error_class, f.error_message) for f in slow.failures]
+    assert [(f.offset, f.error_class) for f in fast.failures] == \
+        ([(7, "ConnectSchemaMismatch"), (11, "ConnectSchemaMismatch")] if bad else [])
+    assert [f.error_message.split(" holds ")[0] for f in fast.failures] == \
+        (["field 'amount'", "field 'whole'"] if bad else [])
+    types = {f.name: f.type for f in fast.table.schema if not f.name.startswith("_kafka_")}
+    assert types == {"id": pa.int64(), "amount": pa.decimal128(38, 2), "whole": pa.decimal128(38, 0),
+                     "priced": pa.decimal128(12, 2)}
+    kept = [row for i, row in enumerate(rows) if not bad or i not in (7, 11)]
+    assert fast.table.select(["id", "amount", "whole", "priced"]).to_pylist() == kept

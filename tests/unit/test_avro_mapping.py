@@ -21,6 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from connector.formats.avro import compile_avro
 from connector.formats.connect import TIMESTAMP_NTZ, TIMESTAMP_UTC
 from connector.formats.problems import INVALID_SCHEMA, MALFORMED_PAYLOAD, NOT_AN_OBJECT, SCHEMA_MISMATCH, Problem
+from testkit.registry_values import connect_decimal
 
 UTC = dt.timezone.utc
 
@@ -237,10 +238,44 @@ def compile_problem(client, schema, row=True) -> Problem:
     return caught.value
 
 
-def test_decimal_precision_beyond_38_is_a_schema_problem(client):
+def test_a_decimal_beyond_38_digits_of_precision_is_a_38_digit_column_and_a_wider_value_a_record_error(client):
+    """Connect's AvroConverter writes precision 64 for a Decimal without `connect.decimal.precision` (a JDBC NUMERIC
+    without precision): any Avro decimal of a precision above 38 is a decimal(38, s) column, value for value
+    exact; a value of more than 38 digits is a record error naming the field, never rounded."""
+    schema = record(("amount", connect_decimal(2)), ("priced", connect_decimal(2, 10)),
+                    ("whole", connect_decimal(0)), ("native", {"type": "bytes", "logicalType": "decimal",
+                                                               "precision": 50, "scale": 4}),
+                    ("maybe", ["null", connect_decimal(6)]))
+    top = Decimal("9" * 36 + ".99")  # 38 digits
+    bottom = top.copy_negate()  # exact: unary minus would round to the context's 28 digits
+    values = [{"amount": top, "priced": Decimal("12345678.90"), "whole": Decimal("-" + "9" * 38),
+               "native": Decimal("-" + "9" * 34 + ".9999"), "maybe": Decimal("0.000000")},
+              {"amount": bottom, "priced": Decimal("-0.01"), "whole": Decimal(0), "native": Decimal("0.0000"),
+               "maybe": None},
+              {"amount": Decimal("0.00"), "priced": Decimal("0.00"), "whole": Decimal(1), "native": Decimal("1.0000"),
+               "maybe": Decimal("-123.456789")}]
+    compiled, data = table(client, schema, values)
+    assert types(data) == {"amount": pa.decimal128(38, 2), "priced": pa.decimal128(10, 2),
+                           "whole": pa.decimal128(38, 0), "native": pa.decimal128(38, 4),
+                           "maybe": pa.decimal128(38, 6)}
+    assert data.to_pylist() == values
+    _, payloads = produce(client, schema, [
+        {**values[0], "amount": Decimal("1" + "0" * 36 + ".00")},  # 39 digits
+        {**values[0], "whole": Decimal("-1" + "0" * 38)},  # 39 digits
+        {**values[0], "maybe": Decimal("1" + "0" * 32 + ".000000")}])  # 39 digits
+    for payload, field in zip(payloads, ("amount", "whole", "maybe")):
+        with pytest.raises(Problem) as raised:
+            compiled.decoder.to_value(compiled.read(payload), "")
+        assert raised.value.error_class == SCHEMA_MISMATCH
+        assert raised.value.message.startswith(f"field '{field}' holds ") and "38 digits" in raised.value.message
+
+
+def test_a_decimal_scale_beyond_38_is_a_schema_problem(client):
+    problem = compile_problem(client, record(("d", connect_decimal(39))))
+    assert problem.error_class == INVALID_SCHEMA and "scale 39" in problem.message
     problem = compile_problem(client, record(("d", {"type": "bytes", "logicalType": "decimal", "precision": 39,
-                                                    "scale": 2})))
-    assert problem.error_class == INVALID_SCHEMA and "precision 39" in problem.message
+                                                    "scale": 2}), ("e", connect_decimal(40))))
+    assert problem.error_class == INVALID_SCHEMA and "scale 40" in problem.message
 
 
 def test_recursive_record_is_a_schema_problem(client):

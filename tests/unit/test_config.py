@@ -4,18 +4,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from connector.app.config_docs import main, markdown
 from connector.config import (
-    REDACTED,
     SETTINGS,
     LakesinkConfig,
     config_from_dict,
     is_secret,
     load_config,
-    main,
-    markdown,
     validate_file,
 )
 from connector.errors import ConfigError
+from connector.secrets import REDACTED
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {
@@ -468,7 +467,7 @@ def test_direct_construction_is_checked_too():
 def test_committed_docs_are_generated_from_the_key_definitions():
     committed = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
 
-    assert committed == markdown(), "docs/configuration.md is stale: run python -m connector.config --markdown"
+    assert committed == markdown(), "docs/configuration.md is stale: run python -m connector.app.config_docs --markdown"
     for setting in SETTINGS:
         assert f"| `{setting.name}` |" in committed
 

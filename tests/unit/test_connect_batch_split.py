@@ -1,4 +1,4 @@
-"""The bulk steps of the typed batch path (connector/formats/connect.py) against their record-by-record
+"""The bulk steps of the typed batch path (connector/formats/connect*.py) against their record-by-record
 definitions: `DecoderCache.split_many` against `DecoderCache.split` of each record, and a Connect Decimal column
 decoded in bulk against the per-value conversion."""
 import base64
@@ -9,7 +9,9 @@ import pyarrow as pa
 import pytest
 
 from connector.formats import connect
-from connector.formats.connect import DecoderCache, Problem, compile_schema, parse_schema
+from connector.formats.connect import Problem, parse_schema
+from connector.formats.connect_types import compile_schema
+from connector.formats.connect_wrapper import DecoderCache
 
 
 def unscaled(n: int) -> str:

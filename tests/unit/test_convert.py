@@ -7,11 +7,10 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Mess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.errors import ConfigError
+from connector.errors import ConfigError, LakesinkError
 from connector.schema.columns import META_COLUMNS
 from connector.formats import plain_json
-from participant import convert
-from participant.convert import (
+from connector.formats.problems import (
     INVALID_UTF8,
     MALFORMED_JSON,
     NEW_FIELD,
@@ -20,8 +19,8 @@ from participant.convert import (
     RECORD_TOO_LARGE,
     RESERVED_FIELD,
     TYPE_MISMATCH,
-    Converter,
 )
+from participant.convert import Converter, RecordFailure
 
 META = list(META_COLUMNS)
 
@@ -130,7 +129,7 @@ def test_clean_batches_do_no_per_record_python_work(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("per-record json.loads on the fast path")
 
-    monkeypatch.setattr(convert.json, "loads", forbidden)
+    monkeypatch.setattr(json, "loads", forbidden)
     converter = Converter()
     values = [js(id=i, name="x" * 100) for i in range(2000)]
     values[10] = None  # a tombstone or an oversized record does not force the slow path
@@ -149,7 +148,7 @@ def test_tombstone_is_a_failure_with_its_coordinates():
     headers = [None, [("trace", b"1")], None]
     result = run(Converter(), [js(a=1), None, js(a=3)], keys=[None, b"key", None], headers=headers)
     (failure,) = result.failures
-    assert failure == convert.RecordFailure(
+    assert failure == RecordFailure(
         "orders", 3, 101, 1_700_000_000_001, b"key", None, [("trace", b"1")], NULL_VALUE, failure.error_message
     )
     assert "tombstone" in failure.error_message
@@ -187,7 +186,7 @@ def test_record_larger_than_max_record_bytes_counts_key_and_value():
 )
 def test_bad_json_records_fail_alone(value, error_class, words):
     values = [js(a=0), value, js(a=2), js(a=3)]
-    if error_class == TYPE_MISMATCH:  # only against a table: before it, the batch ends at the record (Converter._read_plain)
+    if error_class == TYPE_MISMATCH:  # only against a table: before it, the batch ends at the record (PlainJson.read_plain)
         result = run(Converter(), values)
         assert (result.next_offset, result.failures, result.table.column("a").to_pylist()) == (101, [], [0])
     converter = Converter()
@@ -291,7 +290,7 @@ def test_table_types_json_cannot_produce_directly_are_cast():
 
 
 def test_set_schema_rejects_columns_json_cannot_fill():
-    with pytest.raises(convert.LakesinkError, match="map"):
+    with pytest.raises(LakesinkError, match="map"):
         Converter().set_schema(pa.schema([("m", pa.map_(pa.string(), pa.int64()))]))
 
 
@@ -341,7 +340,7 @@ def test_inferred_schema_holds_for_later_batches_but_grows_by_new_fields():
     run(converter, [js(id=1, name="a")])
     assert converter.schema == pa.schema([("id", pa.int64()), ("name", pa.string())])
     result = run(converter, [js(id=2, name="2024-05-01", added=True), js(id=True), js(id=3)])
-    assert result.failures == [] and result.next_offset == 101  # id=True: read again in the next txn (Converter._read_plain)
+    assert result.failures == [] and result.next_offset == 101  # id=True: read again in the next txn (PlainJson.read_plain)
     assert data_rows(result) == [{"id": 2, "name": "2024-05-01", "added": True}]  # still a string column
     assert converter.schema.names == ["id", "name", "added"]
 
@@ -494,7 +493,7 @@ def test_every_record_is_a_row_or_a_failure_against_the_table_schema(chosen):
 def test_every_record_is_a_row_or_a_failure_while_inferring(chosen):
     converter = Converter(max_record_bytes=500)
     run(converter, [js(id=0, v="")])  # the first records fix id as int64
-    # before the table exists a record only the inferred types refuse ends the batch (Converter._read_plain): the records
+    # before the table exists a record only the inferred types refuse ends the batch (PlainJson.read_plain): the records
     # up to it are checked as against a table, it and those after it are read again in the next txn
     cut = next((i for i, kind in enumerate(chosen) if kind in PROVISIONAL), None)
     if cut is None:

@@ -26,7 +26,7 @@ from connector.upsert import (
     connect_payload,
     reserved_columns,
 )
-from participant.convert import (
+from connector.formats.problems import (
     DELETE_NOT_ENABLED,
     INVALID_UTF8,
     MALFORMED_JSON,
@@ -38,8 +38,8 @@ from participant.convert import (
     RESERVED_FIELD,
     TYPE_MISMATCH,
     UNSUPPORTED_OPERATION,
-    Converter,
 )
+from participant.convert import Converter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "debezium"
 STREAMS = ["postgres-customers-with-schema.jsonl", "postgres-customers-schemaless.jsonl"]
@@ -302,6 +302,24 @@ def test_a_numeric_kafka_key_fills_a_string_key_column_with_its_text():
     result = run(conv, [b"42", b"42"], [js({"id": "42", "v": 1}), None])
     assert result.failures == []
     assert result.table.column("id").to_pylist() == ["42", "42"]
+
+
+@pytest.mark.parametrize("column", [pa.string(), pa.int64()])
+def test_string_keys_of_digits_and_number_keys_never_become_one_key(column):
+    """Before, the JSON string keys "02134" and "0042" went into an integer key column as 2134 and 42: the rows of
+    the number keys 2134 and 42. A string column takes a number key's text; an integer column refuses a string
+    key that is not an integer's one spelling."""
+    conv = converter(spec(key_fields=("id",)))
+    conv.set_schema(pa.schema([("id", column), ("v", pa.int64())]))
+    keys = [json.dumps(k).encode() for k in ("02134", 2134, "0042", 42, "-0", "+7")]
+    result = run(conv, keys, [js({"v": i}) for i in range(len(keys))])
+    if column == pa.string():
+        assert result.failures == []
+        assert result.table.column("id").to_pylist() == ["02134", "2134", "0042", "42", "-0", "+7"]
+    else:
+        assert errors(result) == {0: TYPE_MISMATCH, 2: TYPE_MISMATCH, 4: TYPE_MISMATCH, 5: TYPE_MISMATCH}
+        assert "field 'id' is string \"02134\"" in result.failures[0].error_message
+        assert result.table.column("id").to_pylist() == [2134, 42]
 
 
 @pytest.mark.parametrize("fields, why", [((), "set record.key.fields to the value field the key is"),

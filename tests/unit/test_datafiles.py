@@ -39,6 +39,15 @@ def test_stats_are_exact_bounds_for_ints_dates_and_short_strings_over_row_groups
     assert stats["maxValues"] == {"id": 40, "day": "2026-03-01", "name": "zz"}
 
 
+def test_a_date_python_cannot_hold_leaves_the_column_without_bounds_never_fails(tmp_path):
+    """Every decoder keeps dates within years 1 to 9999; a file with another (year 0) still gets statistics."""
+    days = pa.array([-719528, 18262], pa.int32()).view(pa.date32())  # 0000-01-01, 2020-01-01
+    path = _write(tmp_path / "f.parquet", pa.table({"id": [1, 2], "day": days}))
+    stats = file_stats(pq.read_metadata(path))
+    assert stats["nullCount"] == {"id": 0, "day": 0}
+    assert stats["minValues"] == {"id": 1} and stats["maxValues"] == {"id": 2}
+
+
 def test_an_all_null_column_has_a_null_count_and_no_bounds(tmp_path):
     path = _write(tmp_path / "f.parquet", pa.table({"id": pa.array([None, None], pa.int64())}))
     stats = file_stats(pq.read_metadata(path))

@@ -1,4 +1,4 @@
-"""connector/kafka/deadletter.py, its pure part: how a dead-letter record is cut to fit its topic."""
+"""connector/kafka/deadletter.py, its pure part: how a dead-letter record is built, and cut to fit its topic."""
 from __future__ import annotations
 
 import pytest
@@ -7,6 +7,7 @@ from connector.kafka.deadletter import (
     BATCH_OVERHEAD,
     TRUNCATED_HEADER,
     DeadLetterError,
+    dead_letter,
     fit,
     payload_size,
     record_size,
@@ -81,3 +82,27 @@ def test_the_error_names_the_topic_the_count_and_the_first_error():
     assert error.failed == (1, 4)
     assert "2 of 7 record(s) produced to dead-letter topic orders-dlq" in str(error)
     assert "first error: Broker: Not enough in-sync replicas" in str(error)
+
+
+def test_a_dead_letter_keeps_the_record_and_adds_connects_headers_in_connects_order():
+    letter = dead_letter(b"k", b"v", [("trace", b"abc")], 1_700_000_000_000, context=True, connector="sink",
+                         error_class="TypeMismatch", message="field 'id' is string", source=("orders", 3, 17),
+                         reasons=[("__lakesink.errors.constraint.name", b"id_ok")])
+    assert (letter.key, letter.value, letter.timestamp_ms) == (b"k", b"v", 1_700_000_000_000)
+    assert letter.headers == [("trace", b"abc"), ("__lakesink.errors.constraint.name", b"id_ok"),
+                              ("__connect.errors.topic", b"orders"), ("__connect.errors.partition", b"3"),
+                              ("__connect.errors.offset", b"17"), ("__connect.errors.connector.name", b"sink"),
+                              ("__connect.errors.exception.class.name", b"TypeMismatch"),
+                              ("__connect.errors.exception.message", b"field 'id' is string")]
+
+
+def test_a_dead_letter_without_context_headers_or_source_and_a_message_cut_to_4096_bytes():
+    bare = dead_letter(None, b"v", None, None, context=False, connector="sink", error_class="E", message="m",
+                       source=("orders", 0, 1), reasons=[("why", b"x")])
+    assert (bare.key, bare.headers, bare.timestamp_ms) == (None, [("why", b"x")], 0)
+    unplaced = dead_letter(None, b"row", [], 0, context=True, connector="sink", error_class="E", message="é" * 3000,
+                           source=None)
+    assert [name for name, _ in unplaced.headers] == ["__connect.errors.connector.name",
+                                                      "__connect.errors.exception.class.name",
+                                                      "__connect.errors.exception.message"]
+    assert unplaced.headers[-1][1] == ("é" * 3000).encode()[:4096]

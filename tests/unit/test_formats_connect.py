@@ -10,10 +10,13 @@ import pyarrow as pa
 import pytest
 
 from connector.formats import connect
-from connector.formats.connect import DecoderCache, Problem, compile_schema, parse_schema
+from connector.formats.connect import Problem, parse_schema
+from connector.formats.connect_types import compile_schema
+from connector.formats.connect_wrapper import DecoderCache
 from connector.formats.fit import NEW_FIELD, TYPE_MISMATCH, fit, widens
 from connector.schema.widening import arrow_widens
-from participant.convert import NULL_VALUE, Converter
+from connector.formats.problems import NULL_VALUE
+from participant.convert import Converter
 
 UTC = dt.timezone.utc
 
@@ -153,12 +156,25 @@ def test_a_decimal_as_a_json_number_is_exact_and_never_rounded():
 
 
 def test_schemas_lakesink_cannot_store_are_problems_not_roundings():
-    with pytest.raises(Problem, match="precision at most 38"):
-        compile_schema(parse_schema(struct(decimal_field("d", 50, 2))))
+    with pytest.raises(Problem, match="at most 38"):
+        compile_schema(parse_schema(struct(decimal_field("d", 50, 40))))
     for bad in ({"type": "struct"}, {"type": "money"}, [], {"type": "struct", "fields": [{"type": "int8"}]}):
         with pytest.raises(Problem) as raised:
             compile_schema(parse_schema(bad))
         assert raised.value.error_class == connect.INVALID_SCHEMA
+
+
+def test_a_decimal_declared_above_38_digits_is_decimal_38_and_a_longer_value_a_problem_never_rounded():
+    """A precision above Delta's 38 (Connect's AvroConverter writes 64 where the Decimal has none) stores every value of
+    at most 38 digits exactly, as the Avro reader does; a longer one is a record error naming the field."""
+    decoder = compile_schema(parse_schema(struct(decimal_field("d", 64, 2))))
+    assert decoder.arrow_type.field("d").type == pa.decimal128(38, 2)
+    for value in (0, -1, 10 ** 38 - 1, -(10 ** 38 - 1)):
+        rows = both_ways(struct(decimal_field("d", 64, 2)), [{"d": unscaled(value)}])
+        assert rows.column("d")[0].as_py() == Decimal(value).scaleb(-2, context=Context(prec=100))
+    with pytest.raises(Problem, match="'d'"):
+        decoder.to_value({"d": unscaled(10 ** 38)}, "")
+    assert decoder.read_batch(json.dumps({"d": unscaled(10 ** 38)}).encode(), 1) is None
 
 
 def test_a_variable_scale_decimal_that_decimal_38_18_cannot_hold_is_a_problem():
@@ -285,6 +301,20 @@ def test_a_tables_types_hold_typed_records_where_lossless():
 ])
 def test_widens_allows_only_lossless_conversions(source, target, ok):
     assert widens(source, target) is ok
+
+
+def test_a_map_fits_a_held_column_of_its_key_value_entries_entry_for_entry():
+    """A table whose column holds a map's (key, value) entries as an array of structs takes the map's rows unchanged
+    (no record error, nothing reordered); a map whose values the entries' type cannot hold is a record error."""
+    entries = pa.list_(pa.struct([("key", pa.int64()), ("value", pa.string())]))
+    held = pa.schema([("m", entries)])
+    rows = [[(3, "c"), (1, "a")], None, []]
+    batch = pa.table({"m": pa.array(rows, pa.map_(pa.int32(), pa.string()))})
+    fitted = fit(batch, held, open_=False, whose="the table schema")
+    assert fitted.errors == {} and fitted.schema == held
+    assert fitted.table.column("m").to_pylist() == [[{"key": 3, "value": "c"}, {"key": 1, "value": "a"}], None, []]
+    wider = pa.table({"m": pa.array([[(1, 2)]], pa.map_(pa.int32(), pa.int64()))})
+    assert fit(wider, held, open_=False, whose="the table schema").errors[0][0] == TYPE_MISMATCH
 
 
 def test_a_table_that_allows_type_widening_widens_only_as_delta_does():

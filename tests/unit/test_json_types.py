@@ -27,7 +27,7 @@ def run(converter: Converter, records: list) -> tuple[list[dict], dict[int, tupl
 
 
 def cut_at(converter: Converter, records: list) -> int:
-    """Where the batch ends (Converter._read_plain): the records from there on are read again in the next txn."""
+    """Where the batch ends (PlainJson.read_plain): the records from there on are read again in the next txn."""
     values = [json.dumps(r).encode() for r in records]
     n = len(values)
     result = converter.convert_raw("t", 0, list(range(n)), [0] * n, [None] * n, values)
@@ -103,6 +103,28 @@ def test_a_zoned_time_into_a_tables_timestamp_ntz_column_is_a_record_error_never
     converter.set_schema(pa.schema([("t", pa.timestamp("us"))]))
     rows, errors = run(converter, [{"t": "2024-01-01T10:00:00+02:00"}, {"t": "2024-01-01T10:00:00"}])
     assert rows == [{"t": dt.datetime(2024, 1, 1, 10)}] and list(errors) == [0]
+
+
+def test_dates_and_times_outside_years_1_to_9999_stay_string_in_a_new_column_and_are_errors_in_a_held_one():
+    """Delta and Spark hold years 1 to 9999; a date of year 0 killed the worker in the staged file's statistics."""
+    edges = ["0000-01-01", "0000-12-31T23:00:00Z", "0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00",
+             "0000-06-01T12:00:00"]
+    for text in edges:
+        converter = fresh()
+        rows, errors = run(converter, [{"t": text}])
+        assert (rows, errors, converter.schema.field("t").type) == ([{"t": text}], {}, pa.string()), text
+    converter = fresh()
+    rows, errors = run(converter, [{"d": "0001-01-01", "t": "9999-12-31T23:59:59.999999Z", "l": "0001-01-01T00:00"}])
+    assert rows == [{"d": dt.date(1, 1, 1), "t": dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+                     "l": dt.datetime(1, 1, 1)}] and not errors
+    converter.set_schema(converter.schema)  # the table exists (before, such a record ends the batch: read again)
+    rows, errors = run(converter, [{"d": "0000-01-01"}, {"t": edges[1]}, {"t": edges[2]}, {"t": edges[3]},
+                                   {"l": edges[4]}, {"d": "2024-02-29"}])
+    assert rows == [{"d": dt.date(2024, 2, 29), "t": None, "l": None}]
+    assert sorted(errors) == [0, 1, 2, 3, 4] and {e[0] for e in errors.values()} == {TYPE_MISMATCH}
+    assert errors[0][1] == ("field 'd' is \"0000-01-01\", outside years 1 to 9999 (UTC), which a date column "
+                            "(Delta, Spark) cannot hold")
+    assert "field 'l' is \"0000-06-01T12:00:00\", outside years 1 to 9999" in errors[4][1]
 
 
 def test_typeless_values_wait_for_a_type_and_never_reach_parquet_without_one():

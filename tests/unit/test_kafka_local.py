@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from connector.kafka.local import new_cluster_id
+from connector.local.kafka import new_cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash_and_decode_to_16_bytes():

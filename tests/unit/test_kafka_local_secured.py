@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from connector.errors import SetupError
-from connector.kafka.local import LocalKafka, make_ca, write_certificates
+from connector.local.kafka import LocalKafka, make_ca, write_certificates
 
 
 def _properties(broker: LocalKafka) -> dict[str, str]:

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from connector.formats.debezium import source_position
-from connector.formats.problems import TYPE_MISMATCH, Problem
+from connector.formats.problems import TYPE_MISMATCH, UNSUPPORTED_OPERATION, Problem
 from connector.upsert import ABSENT, CDC_OP, CDC_SOURCE_POSITION, DELETE_MARKER, UNAVAILABLE_VALUE, UpsertSpec
-from participant.convert import MISSING_ORDER_VALUE, UNSUPPORTED_OPERATION, Converter
+from participant.convert import MISSING_ORDER_VALUE, Converter
 
 
 def _run(spec: UpsertSpec, keys, values):

@@ -1,4 +1,4 @@
-"""connector/logs.py: context on every line, text and JSON, log.level honoured, secrets never written."""
+"""connector/observe/logs.py: context on every line, text and JSON, log.level honoured, secrets never written."""
 from __future__ import annotations
 
 import io
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from connector import logs
 from connector.config import config_from_dict
+from connector.observe import logs
 
 BASE = {
     "name": "orders-sink",

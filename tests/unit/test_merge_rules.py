@@ -1,10 +1,11 @@
-"""The pure parts of holding keyed writes to a table's rules (connector/table/merge.py; the Spark parts are proven
+"""The pure parts of holding keyed writes to a table's rules (connector/table/merge_rules.py; the Spark parts are proven
 in tests/integration/test_merge.py and test_keyed_constraints.py)."""
 from __future__ import annotations
 
 from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP, TOPIC
 from connector.table.features import profile
-from connector.table.merge import every_rule, tombstone_columns
+from connector.table.merge_plan import tombstone_columns
+from connector.table.merge_rules import every_rule
 from connector.upsert import SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 
 

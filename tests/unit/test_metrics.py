@@ -1,41 +1,27 @@
-"""connector/metrics.py and its wiring: private registry, Kafka Connect names, lag, /metrics and /health,
+"""connector/observe/metrics.py and its wiring: private registry, Kafka Connect names, lag, /metrics and /health,
 the worker's counters and dead-letter headers, Roles health and the bounded shutdown."""
 from __future__ import annotations
 
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import prometheus_client
 import pytest
 
 from connector.app import service
-from connector.config import config_from_dict
+from connector.app.roles import Roles
+from connector.observe.metrics import LAG_REFRESH_S, Metrics, MetricsServer
 from connector.protocol.messages import StartCommit
-from connector.metrics import LAG_REFRESH_S, Metrics, MetricsServer
 from participant.state import ParticipantState
+from testkit.fakes import FakeDeadLetters, FakeRecord, RecordingConsumer, consuming_worker, unit_cfg
+from testkit.net import http_reply
 
 NAMES = ("sink_record_read_total", "sink_record_send_total", "total_record_errors",
          "deadletterqueue_produce_requests_total", "deadletterqueue_produce_failures_total",
          "offset_commit_completion_total", "offset_commit_skip_total",
          "sink_record_lag_max", "table_version", "commit_duration_seconds_bucket", "txn_committed_total",
          "txn_discarded_total", "offset_reset_total", "offset_reset_skipped_offsets_total")
-
-
-def cfg_of(tmp_path, **extra):
-    base = {"name": "m-sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.names": "t",
-            "target.base.path": str(tmp_path), "target.table.name": "tbl"}
-    return config_from_dict({**base, **{k: str(v) for k, v in extra.items()}}, env={})
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def test_each_metrics_has_a_private_registry_with_kafka_connect_names():
@@ -77,14 +63,14 @@ def test_http_server_serves_metrics_and_health_on_loopback():
     try:
         base = f"http://127.0.0.1:{server.port}"
         m.records_read.inc(3)
-        code, text = get(base + "/metrics")
+        code, text = http_reply(base + "/metrics")
         assert code == 200 and "sink_record_read_total 3.0" in text
         m.records_read.inc(2)
-        assert "sink_record_read_total 5.0" in get(base + "/metrics")[1]
-        assert get(base + "/health") == (200, json.dumps({"status": "ok"}))
+        assert "sink_record_read_total 5.0" in http_reply(base + "/metrics")[1]
+        assert http_reply(base + "/health") == (200, json.dumps({"status": "ok"}))
         healthy["ok"] = False
-        assert get(base + "/health") == (503, json.dumps({"status": "failed"}))
-        assert get(base + "/nothing")[0] == 404
+        assert http_reply(base + "/health") == (503, json.dumps({"status": "failed"}))
+        assert http_reply(base + "/nothing")[0] == 404
         assert server._httpd.server_address[0] == "127.0.0.1"
     finally:
         server.stop()
@@ -92,7 +78,7 @@ def test_http_server_serves_metrics_and_health_on_loopback():
 
 def test_roles_health_reports_starting_ok_stalled_and_failed():
     m = Metrics()
-    roles = service.Roles(m, stall_s=0.5)
+    roles = Roles(m, stall_s=0.5)
     release = threading.Event()
 
     def beating(stop: threading.Event) -> None:
@@ -158,7 +144,7 @@ def test_a_role_that_gave_up_turns_health_503_with_its_error_and_run_roles_raise
             while not stop.is_set():
                 self.metrics.beat("worker")
                 stop.wait(0.05)
-            seen["health"] = get(f"http://127.0.0.1:{seen['port']}/health")
+            seen["health"] = http_reply(f"http://127.0.0.1:{seen['port']}/health")
 
     import coordinator.service
     import participant.worker
@@ -169,11 +155,11 @@ def test_a_role_that_gave_up_turns_health_503_with_its_error_and_run_roles_raise
             seen["port"] = self.port
             return started
 
-    monkeypatch.setattr(coordinator.service, "CoordinatorService", GivesUp)
+    monkeypatch.setattr(coordinator.service, "build_coordinator", GivesUp)
     monkeypatch.setattr(participant.worker, "Worker", Slow)
     monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
     monkeypatch.setattr(service, "MetricsServer", RecordingServer)
-    cfg = cfg_of(tmp_path, **{"metrics.port": _free_port()})
+    cfg = unit_cfg(tmp_path, **{"metrics.port": _free_port()})
     with pytest.raises(CommitAbandonedError) as raised:
         service.run_roles(cfg, coordinator=True, worker=True, timeout_s=30)
     assert raised.value is gave_up
@@ -183,7 +169,7 @@ def test_a_role_that_gave_up_turns_health_503_with_its_error_and_run_roles_raise
 
 
 def test_a_loop_that_ignores_stop_is_reported_stuck_after_the_shutdown_timeout():
-    roles = service.Roles()
+    roles = Roles()
     roles.add("worker", lambda stop: time.sleep(3))
     started = time.monotonic()
     roles.run(timeout_s=0.1, shutdown_timeout_s=0.3)
@@ -204,8 +190,8 @@ def test_run_roles_exits_1_when_the_roles_outlive_shutdown_timeout(tmp_path, mon
 
     monkeypatch.setattr(participant.worker, "Worker", Hanging)
     monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
-    monkeypatch.setattr(service, "_hard_exit", exits.append)
-    cfg = cfg_of(tmp_path, **{"shutdown.timeout.ms": 200})
+    monkeypatch.setattr(service, "hard_exit", exits.append)
+    cfg = unit_cfg(tmp_path, **{"shutdown.timeout.ms": 200})
     started = time.monotonic()
     service.run_roles(cfg, coordinator=False, worker=True, timeout_s=0.1)
     assert exits == [1] and time.monotonic() - started < 2
@@ -222,11 +208,11 @@ def test_run_roles_returns_0_on_a_clean_stop_and_serves_health_meanwhile(tmp_pat
             while not stop.is_set():
                 self.metrics.beat("worker")
                 if "health" not in seen and (port := seen.get("port")):
-                    seen["health"] = get(f"http://127.0.0.1:{port}/health")
+                    seen["health"] = http_reply(f"http://127.0.0.1:{port}/health")
                 stop.wait(0.05)
 
     import participant.worker
-    from connector import metrics as metrics_module
+    from connector.observe import metrics as metrics_module
 
     class RecordingServer(MetricsServer):
         def start(self):
@@ -237,7 +223,7 @@ def test_run_roles_returns_0_on_a_clean_stop_and_serves_health_meanwhile(tmp_pat
     monkeypatch.setattr(service, "install_signal_handlers", lambda *events: None)
     monkeypatch.setattr(service, "MetricsServer", RecordingServer)
     assert metrics_module.MetricsServer is not RecordingServer
-    cfg = cfg_of(tmp_path, **{"metrics.port": _free_port()})
+    cfg = unit_cfg(tmp_path, **{"metrics.port": _free_port()})
     assert service.run_roles(cfg, coordinator=False, worker=True, timeout_s=1.0) == 0
     code, body = seen["health"]
     assert code == 200 and json.loads(body)["roles"]["worker"]["state"] in ("running", "starting")
@@ -254,62 +240,6 @@ def _free_port() -> int:
 
 # --- the worker's counters and dead-letter records ---------------------------------------------------------
 
-class FakeRecord:
-    def __init__(self, topic, partition, offset, key, value):
-        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def key(self):
-        return self._k
-
-    def value(self):
-        return self._v
-
-    def timestamp(self):
-        return (1, 1_700_000_000_000 + self._o)
-
-    def headers(self):
-        return [("source", b"test")]
-
-    def error(self):
-        return None
-
-
-class FakeDeadLetters:
-    """DeadLetterProducer's interface; the broker refuses the first `refuse` records of each confirm."""
-
-    topic = "dlq"
-
-    def __init__(self):
-        self.sent: list[dict] = []
-        self.refuse = 0
-        self._batch: list[dict] = []
-
-    def produce(self, key, value, headers, timestamp_ms=0):
-        record = {"topic": self.topic, "key": key, "value": value, "headers": dict(headers)}
-        self.sent.append(record)
-        self._batch.append(record)
-
-    def confirm(self, timeout_s=None):
-        from connector.kafka.deadletter import DeadLetterError
-
-        batch, self._batch = self._batch, []
-        failed = list(range(min(self.refuse, len(batch))))
-        if failed:
-            raise DeadLetterError(self.topic, failed, len(batch), "Broker: Not enough in-sync replicas")
-        return len(batch)
-
-    def close(self, timeout_s=10):
-        pass
-
 
 class FakeConsumer:
     def __init__(self, marks):
@@ -320,27 +250,13 @@ class FakeConsumer:
         return self.marks[(tp.topic, tp.partition)]
 
 
-def consuming_worker(tmp_path, **extra):
-    from participant.worker import PartitionRunner, Worker
-
-    cfg = cfg_of(tmp_path, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq", **extra})
-    worker = Worker(cfg, worker_id="w1", metrics=Metrics())
-    worker._dlq = FakeDeadLetters()
-    state = ParticipantState("m-sink", "t", 0, "w1")
-    state.on_message(StartCommit("m-sink", 1, 1, {("t", 0): 0}))
-    runner = PartitionRunner(state)
-    runner.writer = worker._new_writer(runner)
-    worker.runners[("t", 0)] = runner
-    return worker, runner
-
-
 def test_worker_counts_records_and_dead_letters_failures_with_connect_headers(tmp_path):
     worker, runner = consuming_worker(tmp_path)
     values = [b'{"id": 1}', b"{not json", b'{"id": 3}', None, b"\xff\xfe{}", b'{"id": 6}']
     batch = [FakeRecord("t", 0, i, f"k{i}".encode(), v) for i, v in enumerate(values)]
     worker._handle_records(runner, batch)
     assert worker._dlq.sent == [] and len(runner.pending_failures) == 3, "dead-lettered at END-COMMIT, not before"
-    worker._dead_letter(runner)
+    worker.dead_letters.produce(runner)
 
     m = worker.metrics
     assert m.value("sink_record_read_total") == 6
@@ -375,11 +291,11 @@ def test_worker_lag_is_high_watermark_minus_position_from_cached_watermarks(tmp_
     worker, runner = consuming_worker(tmp_path)
     worker._consumer = FakeConsumer({("t", 0): (0, 120)})
     worker._handle_records(runner, [FakeRecord("t", 0, i, None, b'{"id": 1}') for i in range(20)])
-    worker._update_lag()
+    worker.backlog.update_lag(worker.runners)
     assert worker.metrics.value("sink_record_lag", {"topic": "t", "partition": "0"}) == 100
     assert worker.metrics.value("sink_record_lag_max") == 100
     worker._consumer = FakeConsumer({("t", 0): (-1001, -1001)})  # nothing fetched yet: no series, no guess
-    worker._update_lag()
+    worker.backlog.update_lag(worker.runners)
     assert worker.metrics.value("sink_record_lag", {"topic": "t", "partition": "0"}) is None
     runner.writer.discard()
 
@@ -399,10 +315,11 @@ def ended_worker_with_failures(tmp_path, bad: int):
     from connector.clock import FakeClock
     from connector.protocol.messages import EndCommit
     from participant.state import Flush
-    from participant.worker import PartitionRunner, Worker
+    from participant.runner import PartitionRunner
+    from participant.worker import Worker
 
     clock = FakeClock()
-    cfg = cfg_of(tmp_path, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
+    cfg = unit_cfg(tmp_path, **{"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "dlq",
                               "retry.backoff.ms": 500})
     worker = Worker(cfg, worker_id="w1", metrics=Metrics(), clock=clock)
     worker._dlq, worker._channel, worker._consumer = FakeDeadLetters(), RecordingChannel(), RecordingConsumer()
@@ -459,23 +376,6 @@ def test_a_new_start_discards_a_txn_whose_dead_letters_were_refused(tmp_path):
     runner.writer.discard()
 
 
-class RecordingConsumer:
-    def __init__(self):
-        self.calls = []
-
-    def pause(self, tps):
-        self.calls.append(("pause", [(t.topic, t.partition) for t in tps]))
-
-    def resume(self, tps):
-        self.calls.append(("resume", [(t.topic, t.partition) for t in tps]))
-
-    def seek(self, tp):
-        self.calls.append(("seek", (tp.topic, tp.partition, tp.offset)))
-
-    def commit(self, offsets, asynchronous):
-        self.calls.append(("commit", [(t.topic, t.partition, t.offset) for t in offsets]))
-
-
 class RecordingChannel:
     def __init__(self):
         self.sent = []
@@ -507,7 +407,7 @@ def test_a_pipelined_start_never_deletes_a_reported_file_group(tmp_path):
 
 def test_health_and_metrics_report_a_round_waiting_for_write_statuses():
     m = Metrics()
-    roles = service.Roles(m, stall_s=60)
+    roles = Roles(m, stall_s=60)
     roles.add("coordinator", lambda stop: stop.wait(10))
     runner = threading.Thread(target=roles.run, kwargs={"shutdown_timeout_s": 5}, daemon=True)
     runner.start()

@@ -6,8 +6,9 @@ from connector.clock import FakeClock
 from connector.config import config_from_dict
 from connector.errors import OffsetOutOfRangeError, ProtocolError
 from connector.protocol.messages import EndCommit, Offsets, StartCommit, TopicPartition
-from coordinator.state import Commit, CoordinatorState, OffsetReset, Phase, offset_resets
-from tests.unit.test_coordinator_state import INTERVAL_MS, P0, P1, TIMEOUT_MS, Topics, sent, status
+from coordinator.resets import OffsetReset, offset_resets
+from coordinator.state import Commit, CoordinatorState, Phase
+from testkit.coordinator import INTERVAL_MS, P0, P1, TIMEOUT_MS, Topics, sent, status
 
 LOW = {P0: 40, P1: 0}
 HIGH = {P0: 100, P1: 5}

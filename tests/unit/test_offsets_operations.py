@@ -7,8 +7,9 @@ from connector.clock import FakeClock
 from connector.errors import OffsetOutOfRangeError, TopicRecreatedError
 from connector.protocol.messages import Offsets, StartCommit, TopicPartition
 from connector.table.history import UNKNOWN, Restored, find_restore
-from coordinator.state import Commit, CoordinatorState, OffsetCheck, OffsetReset, first_starts, offset_resets
-from tests.unit.test_coordinator_state import INTERVAL_MS, P0, P1, TIMEOUT_MS, Topics, sent, status
+from coordinator.resets import OffsetCheck, OffsetReset, first_starts, offset_resets
+from coordinator.state import Commit, CoordinatorState
+from testkit.coordinator import INTERVAL_MS, P0, P1, TIMEOUT_MS, Topics, sent, status
 
 LOW = {P0: 0, P1: 0}
 HIGH = {P0: 500, P1: 500}

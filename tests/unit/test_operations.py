@@ -11,17 +11,18 @@ from collections import Counter
 
 import pytest
 
-from connector.app import service
+from connector.app.roles import Roles
 from connector.clock import FakeClock
 from connector.config import ConfigError, config_from_dict
 from connector.errors import NameConflictError
-from connector.metrics import DeadLetterStreak, Metrics
+from connector.observe.metrics import DeadLetterStreak, Metrics
 from connector.protocol.channel import ControlChannel, identity, name_conflict
 from connector.protocol.messages import AckCommit, EndCommit, StartCommit, WriteStatus, decode, encode
-from connector.table.sink import CommitResult, Recovered
-from coordinator.service import CoordinatorService
+from connector.table.recovery import Recovered
+from connector.table.sink import CommitResult
+from coordinator.service import build_coordinator
 from coordinator.state import CoordinatorState, Phase
-from tests.support import FakeChannel
+from testkit.fakes import FakeChannel
 
 TP = ("t", 0)
 INTERVAL_MS = 2000
@@ -45,8 +46,8 @@ def test_the_streak_counts_txns_whose_every_record_was_dead_lettered():
     assert streak.describe() == {"transactions": 0, "records": 0, "since_epoch": None, "since_txn": None}
 
 
-def _running_roles(metrics: Metrics, threshold: int) -> service.Roles:
-    roles = service.Roles(metrics, stall_s=60, connector="c", dead_letter_txns=threshold)
+def _running_roles(metrics: Metrics, threshold: int) -> Roles:
+    roles = Roles(metrics, stall_s=60, connector="c", dead_letter_txns=threshold)
     roles.add("coordinator", lambda stop: stop.wait(30))
     for t in roles._threads:
         t.start()
@@ -116,10 +117,16 @@ def test_the_channel_stamps_its_identity_and_raises_on_another(monkeypatch):
     class Producer:
         sent: list = []
 
-        def produce(self, topic, key, value, partition):
+        def produce(self, topic, key, value, partition, on_delivery=None):
             self.sent.append(value)
 
         def flush(self, timeout):
+            return 0
+
+        def poll(self, timeout):
+            return 0
+
+        def __len__(self):
             return 0
 
     class Raw:
@@ -143,6 +150,8 @@ def test_the_channel_stamps_its_identity_and_raises_on_another(monkeypatch):
             return out
 
     channel._producer, channel._consumer, channel._replay = Producer(), Consumer(), []
+    channel._read_at = channel._checked_at = channel._producer_checked_at = time.monotonic()
+    channel._holding_since = None
     channel.send(StartCommit("sink", 1, 1, {TP: 0}))
     assert decode(Producer.sent[-1]).identity == {"table": "/t/a", "topics": ["orders"]}
     Consumer.inbox.append(Raw(StartCommit("sink", 1, 2, {TP: 0}, identity=identity("/t/a", ["orders"]))))
@@ -216,18 +225,20 @@ class Table:
     def prune_manifests(self):
         pass
 
+    def delta(self):
+        return None  # no table yet: nothing to sweep, no files for upkeep
+
 
 @pytest.fixture
 def coordinator(monkeypatch):
-    import coordinator.service as module
+    import coordinator.offsets as module
 
     monkeypatch.setattr(module, "list_offsets", lambda admin, offsets, **kw: {})
 
-    def make(**settings):
+    def make(spark_factory=lambda: None, **settings):
         cfg = cfg_of(**{"transaction.interval.ms": INTERVAL_MS, **settings})
         clock = FakeClock()
-        svc = CoordinatorService(cfg, clock=clock, spark_factory=lambda: None)
-        svc._channel, svc.sink, svc._sweep_due = FakeChannel(), Table(), float("inf")
+        svc = build_coordinator(cfg, clock=clock, spark_factory=spark_factory, sink=Table(), channel=FakeChannel())
         svc.state = CoordinatorState(cfg.name, clock, INTERVAL_MS, 60_000, lambda: [TP])
         svc._execute(svc.state.begin(1, {TP: 0}))
         return svc, clock
@@ -285,21 +296,20 @@ def test_a_drain_that_times_out_waiting_for_write_statuses_stops_without_a_new_t
 def test_a_drain_whose_time_runs_out_before_spark_started_stops_without_the_commit(coordinator):
     from connector.errors import CommitError
 
-    svc, clock = coordinator()
     spark_starting = threading.Event()
-    svc._spark_thread = threading.Thread(target=spark_starting.wait, args=(30,), daemon=True)
-    svc._spark_thread.start()
+    svc, clock = coordinator(spark_factory=lambda: spark_starting.wait(30))
+    svc.spark.start()
 
     def commit(version, offsets, statuses, **_):
         try:
-            svc._spark_session()
+            svc.spark.session()
         except Exception as exc:  # the sink wraps what its Spark factory raises
             raise CommitError(f"Delta append of txn version {version} failed: {exc}") from exc
 
     svc.sink.commit = commit
-    svc._stop = threading.Event()
+    svc.stop = threading.Event()  # what run() is given
     svc._begin_drain()
-    threading.Timer(0.3, svc._stop.set).start()  # Roles: the drain's share of shutdown.timeout.ms is over
+    threading.Timer(0.3, svc.stop.set).start()  # Roles: the drain's share of shutdown.timeout.ms is over
     started = time.monotonic()
     report(svc, rows=2)
     assert svc._drained and time.monotonic() - started < 5
@@ -326,7 +336,8 @@ def test_dead_letter_only_txns_count_and_end_with_a_row(coordinator):
 SCRIPT = """
 import logging, os, signal, sys, threading, time
 logging.basicConfig(level=logging.INFO)
-from connector.app.service import Roles, install_signal_handlers
+from connector.app.roles import Roles
+from connector.app.service import install_signal_handlers
 
 roles = Roles()
 install_signal_handlers(roles.stop, roles.drain)

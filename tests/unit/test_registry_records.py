@@ -1,4 +1,4 @@
-"""Records in the Schema Registry wire format through the Converter (participant/convert.py), with
+"""Records in the Schema Registry wire format through the Converter (participant/convert/), with
 confluent-kafka's in-process mock registry: framing, writer schemas per id, record errors, keys, Debezium's Avro
 envelope, and a registry that does not answer. The real registry server and the whole pipeline are
 tests/integration/test_registry_formats.py."""
@@ -16,9 +16,13 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from connector.config import config_from_dict
-from connector.formats.registry import RegistryReader, RegistryUnavailable
+from connector.formats import registry_format
+from connector.formats.avro_batch import AVRO
+from connector.formats.registry import RegistryReader
+from connector.formats.wire import RegistryUnavailable
 from connector.upsert import UpsertSpec
 from participant.convert import Converter
+from testkit.registry import referencing
 
 TOPIC = "orders"
 VALUE = SerializationContext(TOPIC, MessageField.VALUE)
@@ -52,7 +56,7 @@ def _convert(converter: Converter, values, keys=None, headers=None):
 def test_records_of_two_writer_schemas_become_one_table_whose_columns_take_the_wider_types(client):
     v1, v2 = _serialize(client, V1), _serialize(client, V2)
     converter = Converter("avro", connect_meta_data=False, allow_new_fields=True,
-                          value_registry=RegistryReader("avro", client=client))
+                          value_registry=RegistryReader(AVRO, client=client))
     values = [v1({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE),
               v2({"id": 2, "amount": Decimal("-2.25"), "qty": 1 << 40, "note": "big"}, VALUE),
               v1({"id": 3, "amount": Decimal("0.00"), "qty": -1}, VALUE)]
@@ -70,7 +74,7 @@ def test_records_of_two_writer_schemas_become_one_table_whose_columns_take_the_w
 def test_unframed_unknown_and_truncated_records_are_record_errors_that_say_why(client):
     v1 = _serialize(client, V1)
     good = v1({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE)
-    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader("avro", client=client))
+    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader(AVRO, client=client))
     values = [b'{"id": 1}', b"\x00" + (424242).to_bytes(4, "big") + good[5:], good[:7], good + b"\x00", b"\x00",
               good]
     result = _convert(converter, values)
@@ -98,10 +102,10 @@ def test_records_framed_like_an_earlier_one_are_read_with_its_schema_and_still_f
     batch_headers = [None] * len(values)
     batch_headers[7] = headers
     converter = Converter("avro", connect_meta_data=False, allow_new_fields=True,
-                          value_registry=RegistryReader("avro", client=client))
+                          value_registry=RegistryReader(AVRO, client=client))
     batch = _convert(converter, values, headers=batch_headers)
     alone = [_convert(Converter("avro", connect_meta_data=False, allow_new_fields=True,
-                                value_registry=RegistryReader("avro", client=client)), [v], headers=[h])
+                                value_registry=RegistryReader(AVRO, client=client)), [v], headers=[h])
              for v, h in zip(values, batch_headers)]
     assert [f.offset for f in batch.failures] == [2, 3, 4, 5]
     assert [(f.error_class, f.error_message) for f in batch.failures] == [
@@ -120,7 +124,7 @@ def test_a_schema_id_in_a_header_is_read_as_the_framing(client):
     ctx = SerializationContext(TOPIC, MessageField.VALUE, headers)
     value = serializer({"id": 7, "amount": Decimal("7.00"), "qty": 7}, ctx)
     assert headers and headers[0][0] == "__value_schema_id"
-    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader("avro", client=client))
+    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader(AVRO, client=client))
     result = _convert(converter, [value], headers=[headers])
     assert result.failures == [] and result.table.to_pylist() == [{"id": 7, "amount": Decimal("7.00"), "qty": 7}]
 
@@ -129,8 +133,8 @@ def test_avro_keys_type_the_kafka_key_column(client):
     key_schema = {"type": "record", "name": "Key", "fields": [{"name": "id", "type": "int"}]}
     keys = _serialize(client, key_schema)
     v1 = _serialize(client, V1)
-    converter = Converter("avro", value_registry=RegistryReader("avro", client=client),
-                          key_registry=RegistryReader("avro", is_key=True, client=client))
+    converter = Converter("avro", value_registry=RegistryReader(AVRO, client=client),
+                          key_registry=RegistryReader(AVRO, is_key=True, client=client))
     result = _convert(converter, [v1({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE)],
                       keys=[keys({"id": 1}, KEY)])
     assert result.table.schema.field("_kafka_key").type == pa.struct([("id", pa.int32())])
@@ -173,8 +177,8 @@ def test_debezium_avro_events_with_avro_keys_stage_typed_upserts_and_deletes(cli
                             "key.converter": "avro", "write.mode": "upsert", "value.envelope": "debezium",
                             "delete.enabled": "true"})
     converter = Converter("avro", True, 1 << 20, True, UpsertSpec.from_config(cfg),
-                          value_registry=RegistryReader("avro", client=client),
-                          key_registry=RegistryReader("avro", is_key=True, client=client))
+                          value_registry=RegistryReader(AVRO, client=client),
+                          key_registry=RegistryReader(AVRO, is_key=True, client=client))
     result = _convert(converter, [event("c", None, row, 10), event("u", row, {**row, "qty": 4}, 11),
                                   event("d", row, None, 12), None],
                       keys=[keys({"id": 1}, KEY)] * 4)
@@ -194,7 +198,7 @@ def test_debezium_avro_events_with_avro_keys_stage_typed_upserts_and_deletes(cli
 
 
 def test_a_registry_that_does_not_answer_leaves_the_batch_to_be_read_again():
-    reader = RegistryReader("avro", {"url": "http://127.0.0.1:9", "timeout": "1", "max.retries": "0"})
+    reader = RegistryReader(AVRO, {"url": "http://127.0.0.1:9", "timeout": "1", "max.retries": "0"})
     converter = Converter("avro", connect_meta_data=False, value_registry=reader)
     with pytest.raises(RegistryUnavailable, match="did not answer"):
         _convert(converter, [b"\x00\x00\x00\x00\x01\x02"])
@@ -225,7 +229,7 @@ def test_a_type_change_no_column_can_take_names_both_writer_schema_ids(client):
     v4 = _serialize(client, {"type": "record", "name": "Order", "fields": [
         {"name": "id", "type": "int"}, {"name": "qty", "type": "string"}]})
     converter = Converter("avro", connect_meta_data=False, allow_new_fields=True,
-                          value_registry=RegistryReader("avro", client=client))
+                          value_registry=RegistryReader(AVRO, client=client))
     first = _convert(converter, [v1({"id": 1, "amount": Decimal("1.00"), "qty": 3}, VALUE)])
     assert first.failures == []
     second = _convert(converter, [v4({"id": 2, "qty": "three"}, VALUE)])
@@ -243,8 +247,139 @@ def test_an_int_beyond_32_bits_is_one_record_error_not_a_failed_batch(client):
     good = v1({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE)
     wide = _serialize(client, {**V1, "fields": [{"name": "id", "type": "long"}, *V1["fields"][1:]]})
     bad = good[:5] + wide({"id": 1 << 40, "amount": Decimal("1.10"), "qty": 3}, VALUE)[5:]
-    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader("avro", client=client))
+    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader(AVRO, client=client))
     result = _convert(converter, [good, bad, good])
     assert result.table.num_rows == 2
     assert [(f.offset, f.error_class) for f in result.failures] == [(1, "MalformedPayload")]
     assert "beyond the 32 bits" in result.failures[0].error_message
+
+
+# --- what a failed registry request means (connector/formats/wire.py `registry_failure`) -------------------------
+
+
+class _Faulty:
+    """confluent-kafka's mock registry client, whose fetch of a referenced subject version (`get_version`) or of a
+    schema by id (`get_schema`) fails with the error set, while one is set."""
+
+    def __init__(self, client):
+        self.client, self.reference_failure, self.schema_failure = client, None, None
+
+    def get_version(self, *args, **kwargs):
+        if self.reference_failure is not None:
+            raise self.reference_failure
+        return self.client.get_version(*args, **kwargs)
+
+    def get_schema(self, *args, **kwargs):
+        if self.schema_failure is not None:
+            raise self.schema_failure
+        return self.client.get_schema(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+REFERENCE_FAILURES = [(401, 401, "refused lakesink's credentials"), (403, 40301, "refused lakesink's credentials"),
+                      (429, -1, "is throttling lakesink (HTTP 429"), (503, 50301, "answered HTTP 503"),
+                      (404, -1, "answered HTTP 404 for"), (404, None, "answered HTTP 404 for"),
+                      (404, 40401, "the schema registry has no"), (404, 40402, "the schema registry has no")]
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json_schema", "protobuf"])
+def test_a_reference_the_registry_does_not_give_makes_the_partition_wait_in_every_format(fmt):
+    """401, 403, 429, 5xx, no answer, and a 404 of the referenced subject or version: RegistryUnavailable naming
+    the reference (the partition waits, no record error), the same in all three formats; the records are read
+    once the registry gives it."""
+    import httpx
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    serialize, subject, index = referencing(fmt, client, TOPIC, f"u{uuid.uuid4().hex[:6]}")
+    values = [serialize(i) for i in range(3)]
+    faulty = _Faulty(client)
+    converter = Converter(fmt, connect_meta_data=False,
+                          value_registry=RegistryReader(registry_format(fmt), client=faulty))
+    failures = [(SchemaRegistryError(status, code, f"status {status}"), says)
+                for status, code, says in REFERENCE_FAILURES]
+    failures.append((httpx.ConnectError("[Errno 111] Connection refused"), "did not answer for"))
+    for failure, says in failures:
+        faulty.reference_failure = failure
+        with pytest.raises(RegistryUnavailable) as raised:
+            _convert(converter, values)
+        message = str(raised.value)
+        assert says in message and f"referenced subject {subject!r} version 1" in message, message
+    faulty.reference_failure = None
+    result = _convert(converter, values)
+    assert result.failures == [] and sorted(map(index, result.table.to_pylist())) == [0, 1, 2]
+
+
+def test_only_the_registrys_own_word_that_a_schema_id_does_not_exist_is_a_record_error():
+    """A 404 with the registry's error code (40403) for the record's schema id: UnknownSchemaId, a record error; a
+    404 without it (not the registry answering) waits, as 401, 403, 429 and 5xx do."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    value = _serialize(client, V1)({"id": 1, "amount": Decimal("1.10"), "qty": 3}, VALUE)
+    for status, code in [(401, 401), (403, 40301), (429, None), (500, 50001), (404, -1), (404, None)]:
+        faulty = _Faulty(client)
+        faulty.schema_failure = SchemaRegistryError(status, code, "no")
+        converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader(AVRO, client=faulty))
+        with pytest.raises(RegistryUnavailable, match=f"HTTP {status}"):
+            _convert(converter, [value])
+    faulty = _Faulty(client)
+    faulty.schema_failure = SchemaRegistryError(404, 40403, "Schema 1 not found")
+    converter = Converter("avro", connect_meta_data=False, value_registry=RegistryReader(AVRO, client=faulty))
+    [failure] = _convert(converter, [value]).failures
+    assert failure.error_class == "UnknownSchemaId" and "Schema 1 not found" in failure.error_message
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json_schema", "protobuf"])
+def test_a_failed_fetch_of_a_records_schema_id_has_one_verdict_in_every_format(fmt):
+    """The fetch of the record's own writer schema, read by connector/formats/wire.py `registry_failure` the same in
+    all three formats: 401, 403, 429, 5xx, a 404 that is not the registry's, a timeout and no answer make the
+    partition wait (RegistryUnavailable); only the registry's own 404xx for the id is a record error
+    (UnknownSchemaId)."""
+    import httpx
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    serialize, _, _ = referencing(fmt, client, TOPIC, f"i{uuid.uuid4().hex[:6]}")
+    value = serialize(1)
+    waits = [(SchemaRegistryError(401, 401, "no"), "refused lakesink's credentials"),
+             (SchemaRegistryError(403, 40301, "no"), "refused lakesink's credentials"),
+             (SchemaRegistryError(429, None, "no"), "is throttling lakesink (HTTP 429"),
+             (SchemaRegistryError(500, 50001, "no"), "answered HTTP 500"),
+             (SchemaRegistryError(503, 50301, "no"), "answered HTTP 503"),
+             (SchemaRegistryError(404, -1, "no"), "answered HTTP 404"),
+             (SchemaRegistryError(404, None, "no"), "answered HTTP 404"),
+             (httpx.ReadTimeout("timed out"), "did not answer"),
+             (httpx.ConnectError("[Errno 111] Connection refused"), "did not answer")]
+    for failure, says in waits:
+        faulty = _Faulty(client)
+        faulty.schema_failure = failure
+        converter = Converter(fmt, connect_meta_data=False,
+                              value_registry=RegistryReader(registry_format(fmt), client=faulty))
+        with pytest.raises(RegistryUnavailable) as raised:
+            _convert(converter, [value])
+        assert says in str(raised.value) and "schema id" in str(raised.value), str(raised.value)
+    faulty = _Faulty(client)
+    faulty.schema_failure = SchemaRegistryError(404, 40403, "Schema 1 not found")
+    converter = Converter(fmt, connect_meta_data=False,
+                          value_registry=RegistryReader(registry_format(fmt), client=faulty))
+    [failure] = _convert(converter, [value]).failures
+    assert failure.error_class == "UnknownSchemaId" and "Schema 1 not found" in failure.error_message
+    faulty.schema_failure = None  # the same record, once the registry gives its schema: a row
+    converter = Converter(fmt, connect_meta_data=False,
+                          value_registry=RegistryReader(registry_format(fmt), client=faulty))
+    result = _convert(converter, [value])
+    assert result.failures == [] and result.table.num_rows == 1
+
+
+def test_each_registry_format_is_one_descriptor_picked_by_its_converter_name():
+    """The registry reader is given a format's descriptor (connector/formats/wire.py `RegistryFormat`), which its
+    module exports; every value.converter the registry reads has one, and no other name does."""
+    from connector.formats.registry import FORMATS
+
+    assert [registry_format(name).name for name in FORMATS] == list(FORMATS)
+    assert registry_format("avro") is AVRO and AVRO.batch is not None
+    with pytest.raises(ValueError, match="not a schema-registry format: json"):
+        registry_format("json")

@@ -82,14 +82,14 @@ def test_bad_routing_keys_are_one_clear_problem_each(extra, problem):
 
 
 class _Msg:
-    def __init__(self, topic: str, offset: int, value: bytes | None):
-        self._topic, self._offset, self._value = topic, offset, value
+    def __init__(self, topic: str, offset: int, value: bytes | None, key: bytes | None = None):
+        self._topic, self._offset, self._value, self._key = topic, offset, value, key
 
     def topic(self): return self._topic  # noqa: E704
     def partition(self): return 0  # noqa: E704
     def offset(self): return self._offset  # noqa: E704
     def timestamp(self): return (1, 1000)  # noqa: E704
-    def key(self): return None  # noqa: E704
+    def key(self): return self._key  # noqa: E704
     def value(self): return self._value  # noqa: E704
     def headers(self): return None  # noqa: E704
 
@@ -122,7 +122,97 @@ def test_with_a_default_the_default_table_takes_the_records_naming_none():
     route = Route("kind", None, ("ev", "audit"), "audit", "audit")
     msgs = _records("t", ["ev", "zzz", None, ...])
     kept, failures = RecordRouter(route, "json", False, False, None).pick(msgs)
-    assert [m.offset() for m in kept] == [1, 2, 3] and not failures
+    assert [m.offset() for m in kept] == [1, 2], "a tombstone without a key names no table, not the default"
+    assert [(f.offset, f.error_class) for f in failures] == [(3, UNROUTABLE)]
     wrapped = [_Msg("t", 0, json.dumps({"schema": {}, "payload": {"kind": "ev"}}).encode())]
     ev = RecordRouter(Route("kind", None, ("ev", "audit"), "audit", "ev"), "json", True, False, None)
     assert len(ev.pick(wrapped)[0]) == 1, "a Connect JSON value routes by its payload"
+
+
+# --- deletes: their table from the before-image or the Kafka key, never the default ------------------------------
+
+def _pick_all(msgs: list, tables: tuple[str, ...], default: str | None, field: str, schemas: bool = False,
+              debezium: bool = False) -> tuple[dict[str, list[int]], dict[int, str]]:
+    """Each table's kept offsets, and the record errors (offset -> message) of every table's router."""
+    kept: dict[str, list[int]] = {}
+    errors: dict[int, str] = {}
+    for table in tables:
+        router = RecordRouter(Route(field, None, tables, default, table), "json", schemas, debezium, None)
+        taken, failures = router.pick(msgs)
+        kept[table] = [m.offset() for m in taken]
+        for f in failures:
+            assert f.error_class == UNROUTABLE and f.offset not in errors, (f.offset, f.error_message)
+            errors[f.offset] = f.error_message
+    return kept, errors
+
+
+@pytest.mark.parametrize("default", [None, "audit"])
+def test_a_tombstone_goes_to_the_table_its_kafka_key_names_and_without_one_is_a_record_error(default):
+    wrapper = {"type": "struct", "fields": [{"type": "string", "optional": False, "field": "kind"},
+                                            {"type": "int64", "optional": False, "field": "id"}], "optional": False}
+    msgs = [_Msg("t", 0, None, json.dumps({"kind": "ev", "id": 1}).encode()),
+            _Msg("t", 1, None, json.dumps({"schema": wrapper, "payload": {"kind": "audit", "id": 1}}).encode()),
+            _Msg("t", 2, None, json.dumps({"id": 1}).encode()),  # a key without the field
+            _Msg("t", 3, None, b"42"), _Msg("t", 4, None, b"not json"), _Msg("t", 5, None, None),
+            _Msg("t", 6, json.dumps({"schema": {"type": "struct"}, "payload": None}).encode(),
+                 json.dumps({"kind": "ev", "id": 2}).encode()),  # the JSON converter's tombstone
+            _Msg("t", 7, json.dumps({"schema": {"type": "struct"}, "payload": None}).encode(), b'{"id": 2}'),
+            _Msg("t", 8, None, json.dumps({"kind": None, "id": 1}).encode())]
+    kept, errors = _pick_all(msgs, ("ev", "audit"), default, "kind", schemas=True)
+    assert kept == {"ev": [0, 6], "audit": [1]}
+    assert sorted(errors) == [2, 3, 4, 5, 7, 8], "whatever route.field.default says"
+    assert "route.field 'kind' is missing: the record is a tombstone, and its Kafka key has no such field, so the " \
+           "delete names none of route.tables (ev, audit)" in errors[2]
+    assert "never from route.field.default" in errors[2]
+    assert "and it has no Kafka key" in errors[5]
+
+
+def _debezium_events():
+    """The JsonConverter's own Debezium change events (testkit/connect_records.py), routed by their row's enum
+    column `size` (small, medium, large or null)."""
+    from testkit.connect_records import records
+
+    return records("debezium")
+
+
+@pytest.mark.parametrize("default", [None, "medium"])
+def test_debezium_deletes_go_to_the_table_their_before_image_names(default):
+    events = _debezium_events()
+    msgs = [_Msg("t", i, e.value, e.key) for i, e in enumerate(events)]
+    kept, errors = _pick_all(msgs, ("small", "medium"), default, "size", schemas=True, debezium=True)
+    sizes = {}
+    for i, e in enumerate(events):
+        payload = json.loads(e.value)["payload"] if e.value is not None else None
+        row = payload and (payload["after"] or payload["before"])
+        sizes[i] = row and row["size"]
+    [delete] = [i for i, e in enumerate(events) if e.op == "d"]
+    [tombstone] = [i for i, e in enumerate(events) if e.value is None]
+    [truncate] = [i for i, e in enumerate(events) if e.op == "t"]
+    assert sizes[delete] == "small" and delete in kept["small"], "the delete's before-image names small"
+    assert tombstone not in kept["small"] + kept["medium"] and truncate not in kept["small"] + kept["medium"]
+    assert "the record is a tombstone, and its Kafka key has no such field" in errors[tombstone]
+    assert "a Debezium truncate (op=t), which carries no row and no key" in errors[truncate]
+    others = {i: s for i, s in sizes.items() if i not in (tombstone, truncate)}
+    assert kept["small"] == sorted(i for i, s in others.items() if s == "small")
+    named_none = sorted(i for i, s in others.items() if s not in ("small", "medium"))  # large, or null
+    assert named_none, "the events have rows naming no table"
+    if default is None:
+        assert kept["medium"] == sorted(i for i, s in others.items() if s == "medium")
+        assert sorted(errors) == sorted([tombstone, truncate, *named_none])
+    else:
+        assert kept["medium"] == sorted(i for i, s in others.items() if s != "small")
+        assert sorted(errors) == sorted([tombstone, truncate])
+
+
+def test_a_debezium_delete_whose_before_image_lacks_the_field_takes_its_kafka_keys():
+    """REPLICA IDENTITY DEFAULT: the before-image of a delete holds the key columns, the others null."""
+    def delete(before: dict) -> bytes:
+        return json.dumps({"before": before, "after": None, "op": "d", "source": {}}).encode()
+
+    msgs = [_Msg("t", 0, delete({"id": 1, "kind": None}), json.dumps({"id": 1, "kind": "audit"}).encode()),
+            _Msg("t", 1, delete({"id": 1, "kind": None}), json.dumps({"id": 1}).encode()),
+            _Msg("t", 2, delete({"id": 1, "kind": "zzz"}), json.dumps({"id": 1}).encode())]
+    kept, errors = _pick_all(msgs, ("ev", "audit"), "ev", "kind", debezium=True)
+    assert kept == {"ev": [2], "audit": [0]}, "a delete that names an unknown table goes where its row went"
+    assert list(errors) == [1] and "a Debezium delete (op=d) whose before-image lacks it, and its Kafka key has " \
+                                   "no such field" in errors[1]

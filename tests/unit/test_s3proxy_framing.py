@@ -1,11 +1,11 @@
-"""tests/s3proxy.py forwards messages byte for byte, whatever frames them: a scripted upstream on loopback records
+"""testkit/s3proxy.py forwards messages byte for byte, whatever frames them: a scripted upstream on loopback records
 what arrives and answers with canned bytes, on one keep-alive connection."""
 from __future__ import annotations
 
 import socket
 import threading
 
-from tests.s3proxy import S3Proxy
+from testkit.s3proxy import S3Proxy
 
 CHUNKED_PUT = (b"PUT /b/k?x-id=PutObject HTTP/1.1\r\nHost: 127.0.0.1:1\r\nX-Odd-Case: v\r\n"
                b"Transfer-Encoding: chunked\r\n\r\n"

@@ -7,24 +7,25 @@ from __future__ import annotations
 import io
 import json
 import logging
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 
 import pytest
 
-from connector import logs, secrets
+from connector import secrets
 from connector.app import cli, service, status
+from connector.app.roles import Roles
 from connector.clock import FakeClock
 from connector.config import SETTINGS, config_from_dict, is_secret
 from connector.errors import CommitAbandonedError, CommitError, ConfigError, LakesinkError
-from connector.metrics import Metrics, MetricsServer
+from connector.jvm.spark import SPARK_REDACTION, session_settings
+from connector.observe import logs
+from connector.observe.metrics import Metrics, MetricsServer
 from connector.protocol import channel as channel_module
 from connector.protocol.messages import Assignment, CommitFailed, Progress, decode
 from connector.secrets import REDACTED, Scrubber
-from connector.spark import SPARK_REDACTION, session_settings
-from coordinator.service import CoordinatorService
+from coordinator.service import build_coordinator
+from testkit.net import http_reply
 
 BASE = {
     "name": "orders-sink",
@@ -306,26 +307,18 @@ def test_the_command_lines_error_line_hides_a_planted_secret(planted, tmp_path, 
     assert planted not in err and f"bad credentials {REDACTED}" in err
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
 def test_metrics_and_health_hide_a_planted_secret(planted):
     secrets.protect(planted_config(planted))
     metrics = Metrics()
     metrics.set_lag({(f"topic-{planted}", 0): 5})  # a label value that happens to hold the secret
-    roles = service.Roles(metrics, connector="orders-sink")
+    roles = Roles(metrics, connector="orders-sink")
     roles.errors.append(CommitAbandonedError(f"cannot be committed: fs.s3a.encryption.key={planted} refused"))
     roles.stop.set()
     server = MetricsServer(metrics, roles.health, 0).start()
     try:
-        code, text = _get(f"http://127.0.0.1:{server.port}/metrics")
+        code, text = http_reply(f"http://127.0.0.1:{server.port}/metrics")
         assert code == 200 and planted not in text and f'topic="topic-{REDACTED}"' in text
-        code, text = _get(f"http://127.0.0.1:{server.port}/health")
+        code, text = http_reply(f"http://127.0.0.1:{server.port}/health")
         assert code == 503 and planted not in text
         assert json.loads(text)["error"] == f"cannot be committed: fs.s3a.encryption.key={REDACTED} refused"
     finally:
@@ -338,7 +331,7 @@ class FakeProducer:
     def __init__(self, conf):
         self.values: list[bytes] = []
 
-    def produce(self, topic, key=None, value=None, partition=None):
+    def produce(self, topic, key=None, value=None, partition=None, on_delivery=None):
         self.values.append(value)
 
     def flush(self, timeout=None):
@@ -374,8 +367,8 @@ def test_commit_failed_as_the_coordinator_sends_it_hides_a_planted_secret(plante
     formats goes out on the control topic without it; the error it stops with is scrubbed by every output."""
     cfg = planted_config(planted)
     secrets.protect(cfg)
-    svc = CoordinatorService(cfg, clock=FakeClock(), spark_factory=lambda: None)
-    svc._channel = channel_module.ControlChannel("127.0.0.1:1", cfg.control_topic_name, cfg.name, "coordinator")
+    channel = channel_module.ControlChannel("127.0.0.1:1", cfg.control_topic_name, cfg.name, "coordinator")
+    svc = build_coordinator(cfg, clock=FakeClock(), spark_factory=lambda: None, channel=channel)
     cause = CommitError(f"py4j: Status Code: 400; fs.s3a.encryption.key={planted} is not a valid AES256 key",
                         permanent=True)
 

@@ -7,7 +7,8 @@ import sys
 SCRIPT = """
 import logging, signal, sys, threading, time
 logging.basicConfig(level=logging.INFO)
-from connector.app.service import Roles, install_signal_handlers
+from connector.app.roles import Roles
+from connector.app.service import install_signal_handlers
 
 roles = Roles()
 install_signal_handlers(roles.stop)

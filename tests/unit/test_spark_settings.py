@@ -1,9 +1,9 @@
-"""What lakesink's Spark session is given for each kind of master (connector/spark.py `session_settings`)."""
+"""What lakesink's Spark session is given for each kind of master (connector/jvm/spark.py `session_settings`)."""
 from __future__ import annotations
 
 import pytest
 
-from connector.spark import DRIVER_JAVA_OPTIONS, on_loopback, session_settings
+from connector.jvm.spark import DRIVER_JAVA_OPTIONS, on_loopback, session_settings
 
 JARS = ["/jars/delta-spark.jar", "/jars/lakesink-logstore.jar"]
 
@@ -44,6 +44,23 @@ def test_the_connectors_spark_keys_win_over_every_default():
     assert (settings["spark.driver.host"], settings["spark.executor.memory"]) == ("10.0.0.7", "4g")
 
 
+def test_every_session_writes_timestamps_as_int64_micros_and_the_config_refuses_another_encoding():
+    """Spark's default, INT96, is read as nanoseconds by delta-rs and pyarrow (year 9999 becomes 1816)."""
+    from connector.config import config_from_dict
+    from connector.errors import ConfigError
+
+    assert session_settings("local[2]", None, JARS)["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
+    assert session_settings("local[2]", {"spark.sql.parquet.outputTimestampType": "INT96"}, JARS)[
+        "spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
+    base = {"name": "c", "kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.topic.names": "t",
+            "target.base.path": "/tmp/t", "target.table.name": "t"}
+    for value in ("INT96", "TIMESTAMP_MILLIS"):
+        with pytest.raises(ConfigError, match=f"spark.sql.parquet.outputTimestampType={value}: lakesink writes every "
+                                              "timestamp as Parquet INT64 microseconds"):
+            config_from_dict({**base, "spark.sql.parquet.outputTimestampType": value})
+    assert config_from_dict({**base, "spark.sql.parquet.outputTimestampType": "timestamp_micros"}).spark_conf
+
+
 def test_a_driver_of_data_jobs_keeps_the_jvms_defaults_and_a_log_only_driver_starts_quickly():
     assert session_settings("local[2]", None, JARS)["spark.driver.extraJavaOptions"] == DRIVER_JAVA_OPTIONS
     assert "spark.driver.extraJavaOptions" not in session_settings("local[2]", None, JARS, data_jobs=True)
@@ -53,19 +70,16 @@ def test_a_driver_of_data_jobs_keeps_the_jvms_defaults_and_a_log_only_driver_sta
 
 @pytest.mark.parametrize("mode, data_jobs", [("append", False), ("upsert", True), ("dedup", True)])
 def test_the_coordinator_asks_for_a_data_jobs_driver_exactly_when_it_merges(monkeypatch, mode, data_jobs):
-    from types import SimpleNamespace
-
-    import connector.spark
+    import connector.jvm.spark
     from connector.config import config_from_dict
-    from connector.storage.store import Store
-    from coordinator.service import CoordinatorService
+    from coordinator.service import build_coordinator
 
     cfg = config_from_dict({"name": "orders", "kafka.bootstrap.servers": "127.0.0.1:9092",
                             "kafka.topic.names": "orders", "target.base.path": "/data/tables",
                             "target.table.name": "orders", "write.mode": mode}, env={})
     asked = {}
-    monkeypatch.setattr(connector.spark, "get_spark", lambda *a, **kw: asked.update(kw))
-    CoordinatorService._default_spark(SimpleNamespace(cfg=cfg, store=Store.for_config(cfg)))
+    monkeypatch.setattr(connector.jvm.spark, "get_spark", lambda *a, **kw: asked.update(kw))
+    build_coordinator(cfg).spark.factory()
     assert asked["data_jobs"] is data_jobs
 
 

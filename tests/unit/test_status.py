@@ -2,10 +2,10 @@
 that tells it which partitions wait for the schema registry."""
 from __future__ import annotations
 
-from connector.protocol.messages import AckCommit, Assignment, EndCommit, Progress, StartCommit, WriteStatus
 from connector.app.status import control_view, registry_problem, render
-from connector.formats.registry import RegistryUnavailable
+from connector.formats.wire import RegistryUnavailable
 from connector.kafka.watermarks import lag
+from connector.protocol.messages import AckCommit, Assignment, EndCommit, Progress, StartCommit, WriteStatus
 
 T0 = 1_700_000_000.0
 
@@ -148,18 +148,18 @@ class _RegistryDown:
 def test_a_worker_announces_when_a_partition_starts_and_stops_waiting_for_the_registry_and_not_per_record(tmp_path):
     from confluent_kafka import TopicPartition
 
-    from tests.unit.test_metrics import FakeRecord, RecordingConsumer, consuming_worker
+    from testkit.fakes import FakeRecord, RecordingConsumer, consuming_worker
 
     worker, runner = consuming_worker(tmp_path)
     worker._consumer, worker._channel = RecordingConsumer(), _Channel()
     worker.stats.rebalances = 1  # the group assigned t-0
-    converter = worker._converter(runner.key)
+    converter = worker.table_view.converter(runner.key)
 
     def announced():
         return [(m.partitions, m.registry_waiting, m.registry_error) for m in worker._channel.sent]
 
-    worker._announce()
-    worker._converters[runner.key] = _RegistryDown()
+    worker.assignments.announce()
+    worker.table_view.converters[runner.key] = _RegistryDown()
     worker._handle_records(runner, [FakeRecord("t", 0, 0, None, b'{"id": 1}')])
     assert announced() == [((("t", 0),), (), None), ((("t", 0),), (("t", 0),), REGISTRY_DOWN)]
     assert ("pause", [("t", 0)]) in worker._consumer.calls and runner.state.position == 0
@@ -168,15 +168,15 @@ def test_a_worker_announces_when_a_partition_starts_and_stops_waiting_for_the_re
     worker._handle_records(runner, [FakeRecord("t", 0, 0, None, b'{"id": 1}')])
     assert len(announced()) == 2, "a partition that still waits is not announced again"
     runner.held = None
-    worker._converters[runner.key] = converter
+    worker.table_view.converters[runner.key] = converter
     worker._handle_records(runner, [FakeRecord("t", 0, i, None, b'{"id": 1}') for i in range(3)])
     assert announced()[2:] == [((("t", 0),), (), None)]
 
     runner.held = None
-    worker._converters[runner.key] = _RegistryDown()
+    worker.table_view.converters[runner.key] = _RegistryDown()
     worker._handle_records(runner, [FakeRecord("t", 0, 3, None, b'{"id": 1}')])
-    worker._on_revoke(worker._consumer, [TopicPartition("t", 0)])
-    worker._announce()  # as the step does after the consume whose rebalance revoked it
+    worker.assignments.on_revoke(worker._consumer, [TopicPartition("t", 0)])
+    worker.assignments.announce()  # as the step does after the consume whose rebalance revoked it
     assert announced()[3:] == [((("t", 0),), (("t", 0),), REGISTRY_DOWN), ((), (), None)]
     runner.writer.discard()
 

@@ -9,20 +9,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from connector.app import verify
+from connector.app import verify, verify_analysis, verify_table
+from connector.app.verify_analysis import PartitionReport, analyse, analyse_partition
+from connector.app.verify_kafka import KafkaCheck, classify_missing, split_routed
 from connector.config import config_from_dict
 from connector.protocol.messages import txn_version
-from connector.app.verify import (
-    KafkaCheck,
-    PartitionReport,
-    analyse,
-    analyse_partition,
-    classify_missing,
-    split_routed,
-)
 from connector.routing import Route
 from participant.route import RecordRouter
-from tests.unit.test_metrics import FakeRecord
+from testkit.fakes import FakeRecord
 
 T = "events"
 
@@ -459,7 +453,7 @@ def test_keyed_partition_counts_missing_offsets_as_superseded() -> None:
 def test_superseded_samples_stop_at_the_sample_size() -> None:
     rep = analyse_partition(T, 0, offsets(0, 100), committed=1000, keyed=True)
     assert rep.superseded == 998
-    assert rep.superseded_samples == list(range(1, 1 + verify.SAMPLES))
+    assert rep.superseded_samples == list(range(1, 1 + verify_analysis.SAMPLES))
 
 
 def test_analyse_keyed_adds_committed_partitions_without_rows() -> None:
@@ -476,7 +470,7 @@ def key_rows(ids: list, **more) -> pa.Table:
 
 def test_duplicated_keys_are_counted_and_sampled() -> None:
     rows = key_rows([1, 2, 2, 3, 3, 3, 4], _deleted=pa.array([False, False, True, False, False, False, False]))
-    rep = verify.analyse_keys(rows, verify.KeyColumns(("id",), "record.key.fields"), "upsert")
+    rep = verify_analysis.analyse_keys(rows, verify_table.KeyColumns(("id",), "record.key.fields"), "upsert")
     # key 2: a live row and a soft-deleted one are still two rows of one key
     assert (rep.duplicated_keys, rep.duplicated_key_rows, rep.null_keys) == (2, 3, 0)
     assert rep.duplicated_key_samples == [{"key": {"id": 2}, "rows": 2}, {"key": {"id": 3}, "rows": 3}]
@@ -484,24 +478,24 @@ def test_duplicated_keys_are_counted_and_sampled() -> None:
 
 def test_keys_of_several_columns_and_null_keys() -> None:
     rows = pa.table({"tenant": ["a", "a", "b", None, "b"], "id": pa.array([1, 1, 1, 1, None], pa.int64())})
-    rep = verify.analyse_keys(rows, verify.KeyColumns(("tenant", "id"), "record.key.fields"), "dedup")
+    rep = verify_analysis.analyse_keys(rows, verify_table.KeyColumns(("tenant", "id"), "record.key.fields"), "dedup")
     assert (rep.duplicated_keys, rep.duplicated_key_rows, rep.null_keys) == (1, 1, 2)
     assert rep.duplicated_key_samples == [{"key": {"tenant": "a", "id": 1}, "rows": 2}]
 
 
 def test_a_table_of_unique_keys_has_no_duplicated_keys() -> None:
-    rep = verify.analyse_keys(key_rows(list(range(100_000))), verify.KeyColumns(("id",), "x"), "upsert")
+    rep = verify_analysis.analyse_keys(key_rows(list(range(100_000))), verify_table.KeyColumns(("id",), "x"), "upsert")
     assert (rep.duplicated_keys, rep.duplicated_key_rows, rep.null_keys, rep.duplicated_key_samples) == (0, 0, 0, [])
 
 
 def test_kafka_key_fields_with_and_without_the_json_converters_wrapper() -> None:
     wrapped = json.dumps({"schema": {"type": "struct"}, "payload": {"tenant": "a", "id": 1}}).encode()
     plain = json.dumps({"id": 2, "tenant": "b"}).encode()
-    assert verify.kafka_key_fields([None, b"not json", b"7", wrapped, plain]) == ("tenant", "id")
-    with pytest.raises(verify.VerifyError, match="different fields .*set record.key.fields"):
-        verify.kafka_key_fields([plain, json.dumps({"id": 3}).encode()])
-    with pytest.raises(verify.VerifyError, match="set record.key.fields"):
-        verify.kafka_key_fields([None, b"[1]", b"{}"])
+    assert verify_table.kafka_key_fields([None, b"not json", b"7", wrapped, plain]) == ("tenant", "id")
+    with pytest.raises(verify_table.VerifyError, match="different fields .*set record.key.fields"):
+        verify_table.kafka_key_fields([plain, json.dumps({"id": 3}).encode()])
+    with pytest.raises(verify_table.VerifyError, match="set record.key.fields"):
+        verify_table.kafka_key_fields([None, b"[1]", b"{}"])
 
 
 KEYED = {"write.mode": "upsert"}
@@ -543,14 +537,14 @@ def test_key_columns_come_from_the_config_then_the_table_then_the_kafka_key(tmp_
 
     write_keyed_table(tmp_path / "a", [(0, 0, 1), (0, 1, 2)])
     dt = deltalake.DeltaTable(str(tmp_path / "a"))
-    assert verify.key_columns(("name",), dt) == verify.KeyColumns(("name",), "record.key.fields")
-    assert verify.key_columns((), dt) == verify.KeyColumns(("id",), "the fields of the Kafka key, from 2 row(s)' "
-                                                                    "_kafka_key")
+    assert verify_table.key_columns(("name",), dt) == verify_table.KeyColumns(("name",), "record.key.fields")
+    assert verify_table.key_columns((), dt) == verify_table.KeyColumns(
+        ("id",), "the fields of the Kafka key, from 2 row(s)' _kafka_key")
     write_keyed_table(tmp_path / "b", [(0, 0, 1)], properties={"lakesink.key.fields": "name, id"})
-    assert verify.key_columns((), deltalake.DeltaTable(str(tmp_path / "b"))) == \
-        verify.KeyColumns(("name", "id"), "table property lakesink.key.fields")
-    with pytest.raises(verify.VerifyError, match=r"key column\(s\) sku \(record.key.fields\) are not columns"):
-        verify.key_columns(("sku",), dt)
+    assert verify_table.key_columns((), deltalake.DeltaTable(str(tmp_path / "b"))) == \
+        verify_table.KeyColumns(("name", "id"), "table property lakesink.key.fields")
+    with pytest.raises(verify_table.VerifyError, match=r"key column\(s\) sku \(record.key.fields\) are not columns"):
+        verify_table.key_columns(("sku",), dt)
 
 
 def test_cli_keyed_table_with_superseded_offsets_exits_0(tmp_path, capsys) -> None:
@@ -602,6 +596,60 @@ def test_keyed_table_without_any_way_to_find_its_key_is_refused_clearly(tmp_path
     write_table(tmp_path / "events", [(T, 0, 0)], committed={(T, 0): 1})  # no _kafka_key column
     assert run_cli("--config", str(config_file(tmp_path, **KEYED)), "--no-kafka") == 1
     assert "set record.key.fields to the table's key columns" in capsys.readouterr().err
+
+
+KEY_KINDS = {
+    # the `_kafka_key` each key converter leaves (participant/convert/): the key's bytes for json/string/bytes,
+    # the key schema's type for key.converter.schemas.enable=true or a registry's key
+    "json": (pa.binary(), lambda i: json.dumps({"id": i}).encode()),
+    "connect json, schemas off": (pa.binary(), kafka_key),
+    "struct (schemas on, avro, ...)": (pa.struct([("id", pa.int64())]), lambda i: {"id": i}),
+    "string key schema": (pa.string(), lambda i: f"k{i}"),
+    "int64 key schema": (pa.int64(), lambda i: i),
+    "string converter": (pa.binary(), lambda i: f"k{i}".encode()),
+}
+
+
+@pytest.mark.parametrize("mode", ["upsert", "dedup", "changelog", "append"])
+@pytest.mark.parametrize("kind", KEY_KINDS)
+def test_verify_reads_every_kind_of_kafka_key_column_in_every_mode(tmp_path, capsys, kind, mode) -> None:
+    """A keyed table's key columns come from `_kafka_key` when record.key.fields is empty: a struct column (which
+    delta-rs refuses a predicate on: 'Predicate references unknown column: _kafka_key') or the bytes of a JSON
+    object give them; a key that is no object is refused with one line naming record.key.fields."""
+    import deltalake
+
+    kafka_type, key_of = KEY_KINDS[kind]
+    ids = [0, 1, 2, 3, 4]  # offsets 0..4; id 0 has no Kafka key (taken from the value: record.key.fields)
+    deltalake.write_deltalake(str(tmp_path / "events"), pa.table({
+        "id": pa.array(ids, pa.int64()), "_kafka_topic": pa.array([T] * 5),
+        "_kafka_partition": pa.array([0] * 5, pa.int32()), "_kafka_offset": pa.array(ids, pa.int64()),
+        "_kafka_key": pa.array([None, *(key_of(i) for i in ids[1:])], kafka_type)}),
+        commit_properties=deltalake.CommitProperties(app_transactions=[deltalake.Transaction("sink", 7)]))
+    commits = tmp_path / "events" / "_lakesink" / "sink" / "commits"
+    commits.mkdir(parents=True)
+    (commits / f"{7:020d}.json").write_text(json.dumps({"version": 7, "offsets": [
+        {"topic": T, "partition": 0, "offset": 5}]}))
+    objects = kind in ("json", "connect json, schemas off", "struct (schemas on, avro, ...)")
+    plain = run_cli("--config", str(config_file(tmp_path, **{"write.mode": mode})), "--no-kafka")
+    out, err = capsys.readouterr()
+    if mode in ("upsert", "dedup") and not objects:
+        assert plain == 1 and "no row's _kafka_key is an object" in err and "set record.key.fields" in err, err
+        assert run_cli("--config", str(config_file(tmp_path, **{"write.mode": mode, "record.key.fields": "id"})),
+                       "--no-kafka") == 0
+        assert "key=id" in capsys.readouterr().out
+    else:
+        assert plain == 0, out + err
+        assert "result=ok" in out and ("key id (the fields of the Kafka key, from 4 row(s)' _kafka_key)" in out
+                                       if mode in ("upsert", "dedup") else "mode=" not in out), out
+    # a second copy of a row (a planted duplicate) fails every kind in every mode
+    deltalake.write_deltalake(str(tmp_path / "events"), deltalake.DeltaTable(str(tmp_path / "events"))
+                              .to_pyarrow_table().filter(pc.equal(pc.field("id"), 3)), mode="append")
+    extra = {} if objects or mode not in ("upsert", "dedup") else {"record.key.fields": "id"}
+    assert run_cli("--config", str(config_file(tmp_path, **{"write.mode": mode, **extra})), "--no-kafka") == 1
+    out = capsys.readouterr().out
+    assert "duplicated=1" in out and "result=FAILED" in out, out
+    if mode in ("upsert", "dedup"):
+        assert "1 key(s) held by more than one row, e.g. id=3 (2 rows)" in out, out
 
 
 # --- a connector that writes several tables: each verified with its own pipeline's configuration ---------------
@@ -662,9 +710,9 @@ def test_routed_tables_are_verified_with_their_routers(tmp_path, monkeypatch, ca
 def test_a_regex_connectors_tables_need_kafka_to_list_its_topics(tmp_path) -> None:
     config = config_from_dict({"name": "sink", "kafka.bootstrap.servers": "127.0.0.1:1", "kafka.topic.regex": "e.*",
                                "target.base.path": str(tmp_path), "target.table.name": "${topic}"})
-    with pytest.raises(verify.VerifyError, match="needs Kafka to list them"):
+    with pytest.raises(verify_table.VerifyError, match="needs Kafka to list them"):
         verify.verify_tables(config, use_kafka=False)
-    with pytest.raises(verify.VerifyError, match="which Kafka did not list"):
+    with pytest.raises(verify_table.VerifyError, match="which Kafka did not list"):
         verify.verify_tables(config, kafka_timeout_s=0.5)
-    with pytest.raises(verify.VerifyError, match="writes several tables"):
+    with pytest.raises(verify_table.VerifyError, match="writes several tables"):
         verify.verify(config)

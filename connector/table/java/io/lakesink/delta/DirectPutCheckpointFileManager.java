@@ -22,7 +22,7 @@ import org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCh
  * aborts the upload, so nothing appears. Every other path and every other operation is Spark's own
  * FileContext-based manager. Enabled with
  * {@code spark.sql.streaming.checkpointFileManagerClass=io.lakesink.delta.DirectPutCheckpointFileManager}
- * (connector/spark.py).
+ * (connector/jvm/spark.py).
  */
 public class DirectPutCheckpointFileManager implements CheckpointFileManager {
     private final Configuration hadoopConf;

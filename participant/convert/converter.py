@@ -1,0 +1,266 @@
+"""The Converter: one partition's batches of Kafka records into Arrow tables, the data schema kept between batches.
+
+It chooses its value reader once, when it is made (participant/convert/values.py), and hands keyed writes and change
+events to its keys (keys.py) and changes (changes.py); the `_kafka_*` columns come last (meta.py). Every record of a
+batch ends up either as a row (in offset order) or as a failure: `table.num_rows + len(failures) == len(batch)`,
+always.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.errors import ConfigError, LakesinkError
+from connector.formats.json_types import NO_COLUMNS
+from connector.formats.plain_json import JsonRows, true_indices
+from connector.formats.problems import NULL_VALUE, RECORD_TOO_LARGE
+from connector.formats.registry import FORMATS, RegistryReader
+from connector.schema.names import PLAIN_REFUSED
+from connector.upsert import UpsertSpec
+from participant.convert.changes import Changes
+from participant.convert.keys import Keys
+from participant.convert.meta import with_coordinates, with_meta
+from participant.convert.results import ConvertResult, RecordFailure
+from participant.convert.scope import Scope
+from participant.convert.values import ConnectValues, PlainJson, Reader, RegistryValues, TextValues, TypedFit
+
+CONVERTERS = ("json", "string", "bytes", *FORMATS)
+
+
+class Converter:
+    """Converts batches of one partition's records into Arrow tables; keeps the data schema between batches.
+
+    Once a schema is known (set from the table, or inferred from the first records), every record is parsed
+    against it: a value of another type is a failure (an int fills a double column; 1.5 never fills an int64
+    one). New fields grow an inferred schema (there is no table to disagree yet); against the table's schema
+    they are failures unless allow_new_fields.
+    """
+
+    def __init__(
+        self,
+        value_converter: str = "json",
+        connect_meta_data: bool = True,
+        max_record_bytes: int = 1 << 20,
+        allow_new_fields: bool = False,
+        upsert: UpsertSpec | None = None,
+        value_schemas: bool = False,
+        key_schemas: bool = False,
+        value_registry: RegistryReader | None = None,
+        key_registry: RegistryReader | None = None,
+    ):
+        """value_schemas / key_schemas: `value.converter.schemas.enable` / `key.converter.schemas.enable`: every
+        value (key) is Kafka Connect's `{"schema": ..., "payload": ...}` and its schema types the columns.
+        value_registry / key_registry: how values (keys) in the Schema Registry wire format are read
+        (value.converter / key.converter = avro, protobuf or json_schema); their writer schemas type the columns."""
+        if value_converter not in CONVERTERS:
+            raise ConfigError(f"value.converter: expected one of {', '.join(CONVERTERS)}, got {value_converter!r}")
+        if max_record_bytes <= 0:
+            raise ConfigError(f"max.record.bytes: expected a positive integer, got {max_record_bytes}")
+        upsert = upsert or UpsertSpec(meta=connect_meta_data)
+        if value_converter in FORMATS and value_registry is None:
+            raise ConfigError(f"value.converter={value_converter} needs a schema registry (schema.registry.url)")
+        if upsert.unwraps and value_converter not in ("json", *FORMATS):
+            raise ConfigError(f"write.mode={upsert.mode} with value.envelope={upsert.envelope} needs "
+                              f"value.converter=json, avro, protobuf or json_schema (it is {value_converter})")
+        self.value_converter = value_converter
+        self.connect_meta_data = connect_meta_data
+        self.max_record_bytes = max_record_bytes
+        self.allow_new_fields = allow_new_fields
+        self.upsert = upsert
+        self.value_schemas = value_schemas and value_converter == "json"
+        self._value_registry = value_registry if value_converter in FORMATS else None
+        self.typed = self.value_schemas or self._value_registry is not None
+        """Each value's own schema (Connect's, or its writer schema in the registry) types its columns."""
+        self.key_schemas = key_schemas or key_registry is not None
+        self._rows = JsonRows(allow_new_fields, connect_meta_data)
+        self._scope = Scope(self._rows, upsert, connect_meta_data or upsert.stages_coordinates, self._value_registry,
+                            key_registry)
+        self._fit = TypedFit(self._scope, allow_new_fields)
+        self._keys = Keys(self._scope, upsert, self.key_schemas)
+        self._changes = Changes(self._scope, upsert, self._keys, self._fit, PlainJson(self._rows))
+        self._read = self._reader()
+        """The value reader, chosen once: every batch is read by it."""
+
+    def _reader(self) -> Reader:
+        """The value reader of this converter's settings (participant/convert/values.py; changes.py for keyed
+        writes and change events, which stage each record's row with its key)."""
+        if self.upsert.unwraps and self.typed:
+            return self._changes.read_typed
+        if self.upsert.unwraps:
+            return self._changes.read_json
+        if self._value_registry is not None:
+            return RegistryValues(self._scope, self._fit).read
+        if self.value_schemas:
+            return ConnectValues(self._scope, self._fit).read
+        if self.value_converter == "json":
+            return PlainJson(self._rows).read
+        return TextValues(self.value_converter).read
+
+    def set_schema(self, schema: pa.Schema | None) -> None:
+        """The table's schema, once the table exists (its _kafka_* columns are ignored when meta data is on);
+        None forgets it and infers again. The string and bytes converters have a fixed schema and ignore it."""
+        if self.value_converter in ("string", "bytes"):
+            return
+        if schema is not None:
+            # the columns lakesink adds after the conversion are no fields a record may bring
+            schema = pa.schema([f for f in schema if not self._scope.reserved_name(f.name)], metadata=schema.metadata)
+        # typed records fill any column their schema maps to; plain JSON only those its reader can
+        self._rows.hold(schema, check=not self.typed)
+
+    def set_name_policy(self, policy: str, table_maps_names: bool | None) -> None:
+        """`field.name.policy` and the table's column mapping (None: no table yet): what a field whose name Delta's
+        plain mode refuses becomes (connector/schema/names.py)."""
+        if policy == "sanitize":
+            self._rows.names, self._rows.refusal = "sanitize", ""
+        elif policy == "error":
+            self._rows.names, self._rows.refusal = "refuse", (
+                f"Delta refuses the characters {PLAIN_REFUSED!r} in a column name without column mapping, and "
+                "field.name.policy=error; set field.name.policy=sanitize or column_mapping to store it")
+        elif table_maps_names is False:
+            self._rows.names, self._rows.refusal = "refuse", (
+                f"Delta refuses the characters {PLAIN_REFUSED!r} in a column name, and the table has no column "
+                "mapping (delta.columnMapping.mode=name); set field.name.policy=sanitize, or enable column mapping "
+                "on the table")
+        else:
+            self._rows.names, self._rows.refusal = "keep", ""
+
+    def set_type_widening(self, allowed: bool) -> None:
+        """Whether the table lets a column's type widen to a record's wider type (schema evolution on, and the
+        table's `delta.enableTypeWidening`): Delta's widenings only (connector/schema/widening.py)."""
+        self._fit.type_widening = allowed
+
+    def set_key_type(self, kind: pa.DataType | None) -> None:
+        """The table's `_kafka_key` type (None: no table, or no such column). With key schemas on, keys are stored
+        typed by their Connect schema; a table whose `_kafka_key` is binary (made before) keeps getting raw keys."""
+        self._keys.key_type = kind
+
+    @property
+    def key_fields(self) -> tuple[str, ...]:
+        """The key columns of the rows in write.mode=upsert|dedup: record.key.fields, or the fields of the Kafka
+        keys seen so far (() before the first); () in append mode."""
+        return self._keys.key_fields
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The current data schema: the table's (grown by new fields when allowed) or the inferred one."""
+        if self.value_converter == "string":
+            return pa.schema([("value", pa.string())])
+        if self.value_converter == "bytes":
+            return pa.schema([("value", pa.binary())])
+        return self._rows.schema
+
+    def convert(self, messages: Sequence[Any]) -> ConvertResult:
+        """Convert confluent-kafka Messages of one partition (errors already filtered out), in offset order."""
+        if not messages:
+            return ConvertResult(None, [], None, None, 0)
+        first = messages[0]
+        stamps = [m.timestamp() for m in messages]
+        return self._convert(
+            first.topic(),
+            first.partition(),
+            [m.offset() for m in messages],
+            [stamp if kind else None for kind, stamp in stamps],  # kind 0 is TIMESTAMP_NOT_AVAILABLE
+            [m.key() for m in messages],
+            [m.value() for m in messages],
+            lambda i: messages[i].headers(),
+        )
+
+    def convert_raw(
+        self,
+        topic: str,
+        partition: int,
+        offsets: Sequence[int],
+        timestamps: Sequence[int | None],
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        headers: Sequence[list[tuple[str, bytes]] | None] | None = None,
+    ) -> ConvertResult:
+        """Same as convert, from plain lists (timestamps in ms since the epoch)."""
+        lengths = {len(offsets), len(timestamps), len(keys), len(values)}
+        if len(lengths) != 1 or (headers is not None and len(headers) != len(values)):
+            raise ValueError("offsets, timestamps, keys, values (and headers) must have the same length")
+        if not values:
+            return ConvertResult(None, [], None, None, 0)
+        return self._convert(
+            topic,
+            partition,
+            list(offsets),
+            list(timestamps),
+            list(keys),
+            list(values),
+            (lambda i: headers[i]) if headers is not None else (lambda i: None),
+        )
+
+    def _convert(
+        self,
+        topic: str,
+        partition: int,
+        offsets: list[int],
+        timestamps: list[int | None],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers_of: Callable[[int], list[tuple[str, bytes]] | None],
+    ) -> ConvertResult:
+        n = len(values)
+        self._scope.topic, self._scope.headers_of = topic, headers_of
+        value_array = pa.array(values, pa.binary())
+        key_array = pa.array(keys, pa.binary())
+        value_lengths = pc.binary_length(value_array).fill_null(0)
+        bytes_in = pc.sum(value_lengths).as_py() or 0
+        rejected: dict[int, tuple[str, str]] = {}
+        if value_array.null_count:
+            why = "the value is null (a tombstone); a row needs a value"
+            if self.upsert.mode == "upsert":
+                why += ": set delete.enabled=true to have a tombstone delete its key's row"
+            for i in true_indices(value_array.is_null()):
+                rejected[i] = (NULL_VALUE, why)
+        sizes = pc.add(value_lengths, pc.binary_length(key_array).fill_null(0))
+        if pc.max(sizes).as_py() > self.max_record_bytes:
+            for i in true_indices(pc.greater(sizes, self.max_record_bytes)):
+                key_size = len(keys[i] or b"")
+                rejected[i] = (
+                    RECORD_TOO_LARGE,
+                    f"the record is {key_size + len(values[i] or b'')} bytes (key {key_size}), "
+                    f"above max.record.bytes={self.max_record_bytes}",
+                )
+
+        typed_keys = self._keys.decode_keys(keys, rejected) if self.key_schemas and self.connect_meta_data else None
+        data, kept, cut, changes = self._read(keys, values, value_array, rejected)
+
+        if cut is not None:
+            # a record the types inferred so far cannot hold, before the table exists: the batch ends before it, and
+            # it is read again in the next txn, against the table that txn's commit makes (or a fresh inference),
+            # never dead-lettered by a guess that another partition's records may overrule
+            rejected = {i: error for i, error in rejected.items() if i < cut}
+            if data is not None:
+                order = range(n) if kept is None else kept
+                rows = [j for j, i in enumerate(order) if i < cut]
+                kept = [i for i in order if i < cut]
+                data = data.take(pa.array(rows, pa.int64())) if rows else None
+            n = cut
+        if data is not None and data.num_columns == 0 and not self.connect_meta_data \
+                and not self.upsert.stages_coordinates:
+            for i in range(n) if kept is None else kept:
+                rejected[i] = (NO_COLUMNS, "the record has no field with a type yet (only null, {} or []), and with "
+                                           "connect.meta.data=false there is no column to store its row in")
+            data, kept = None, []
+        failures = [
+            RecordFailure(topic, partition, offsets[i], timestamps[i], keys[i], values[i], headers_of(i), *rejected[i])
+            for i in sorted(rejected)
+        ]
+        if data is not None and changes is not None:
+            data = self._changes.staged(data, changes, kept)
+        if data is not None and self.connect_meta_data:
+            if typed_keys is not None:
+                key_array = pa.array(typed_keys, self._keys.key_type)
+            data = with_meta(data, topic, partition, offsets, timestamps, key_array, kept)
+        elif data is not None and self.upsert.stages_coordinates:
+            data = with_coordinates(data, topic, partition, offsets, timestamps, kept)
+        rows = 0 if data is None else data.num_rows
+        if rows + len(failures) != n:
+            raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
+        return ConvertResult(data if rows else None, failures, offsets[0], offsets[n] if cut is not None else
+                             offsets[-1] + 1, bytes_in)
