@@ -35,6 +35,12 @@ def committed_offset(table_path: str, app_id: str, topic: str) -> int:
     return DeltaTableSink(table_path, app_id).recover().offsets.get((topic, 0)) or 0
 
 
+CATCH_UP_S = 600
+"""How long a mirrored table may take to equal its database table: a bound on a failure only. A quiet machine takes
+40-90 s (Spark's start, table creation, cold MERGEs); a CI run with the other half of the suite beside it measured
+137 s and 159 s for single commits of 6 and 30 rows, where a bound of 180 s was too short."""
+
+
 def mirror_config(tmp_path, bootstrap: str, prefix: str, name: str, schemas_enable: bool = True, **extra) -> Path:
     """The properties file of a `lakesink run` named `name` that mirrors every topic whose name starts with `prefix.`
     (a Debezium connector's topics) into a table of its own (`${topic}`): upserts, deletes and truncates, keys and

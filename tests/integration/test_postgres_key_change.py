@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, TopicPartition
 from connector.upsert import UNAVAILABLE_VALUE
 from testkit import LakesinkProcess, open_table, wait_until, watermarks
 from testkit.connect_records import same
-from testkit.mirror import mirror_config
+from testkit.mirror import CATCH_UP_S, mirror_config
 from testkit.readback import delta_rs_rows, spark_rows
 
 pytestmark = pytest.mark.integration
@@ -124,7 +124,7 @@ def test_a_primary_key_change_keeps_the_toasted_values_of_its_row(postgres, make
             connection.execute(f"INSERT INTO {schema}.plain VALUES ({key}, 'row {key}', '{_big(rng)}')")
             connection.execute(f"INSERT INTO {schema}.full VALUES ({key}, 'row {key}', '{_big(rng)}')")
         # the old keys' rows in the table, committed before the key changes
-        wait_until(lambda: proc.alive() and mirrored(), 180, f"the inserted rows in Delta ({proc.tail()})")
+        wait_until(lambda: proc.alive() and mirrored(), CATCH_UP_S, f"the inserted rows in Delta ({proc.tail()})")
         run("UPDATE {t} SET id = 101 WHERE id = 1")  # the key alone: the old row is the table's (a snapshot row)
         run("UPDATE {t} SET id = 103 WHERE id = 3")  # the key alone: an inserted row
         run("UPDATE {t} SET note = 'changed' WHERE id = 2; UPDATE {t} SET id = 102 WHERE id = 2")  # one txn
@@ -142,7 +142,7 @@ def test_a_primary_key_change_keeps_the_toasted_values_of_its_row(postgres, make
             return proc.alive() and not found
 
         try:
-            wait_until(equal, 180, "the Delta tables equal to the database")
+            wait_until(equal, CATCH_UP_S, "the Delta tables equal to the database")
         except AssertionError as timeout:
             raise AssertionError(f"{timeout}; the differences: {found[:6]}; lakesink's log: {proc.tail()}") from None
         assert proc.terminate() == 0, proc.tail()

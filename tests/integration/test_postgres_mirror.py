@@ -20,7 +20,7 @@ import pytest
 
 from connector.app import mirror_check
 from testkit import LakesinkProcess, wait_until
-from testkit.mirror import committed_offset, mirror_config, run_sql, topic_end
+from testkit.mirror import CATCH_UP_S, committed_offset, mirror_config, run_sql, topic_end
 from testkit.readback import spark_rows
 
 pytestmark = pytest.mark.integration
@@ -113,7 +113,7 @@ def test_a_postgres_database_mirrors_into_delta_tables_equal_to_it(postgres, mak
             return proc.alive() and not differences
 
         try:
-            wait_until(equal, 180, "the Delta tables equal to the database")
+            wait_until(equal, CATCH_UP_S, "the Delta tables equal to the database")
         except AssertionError as timeout:
             raise AssertionError(f"{timeout}; the differences: {differences[:8]}; Connect's log: {connect.log_file}; "
                                  f"lakesink's: {proc.tail()}") from None

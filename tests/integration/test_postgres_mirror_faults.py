@@ -28,6 +28,7 @@ import pytest
 from connector.table.sink import DeltaTableSink
 from testkit import LakesinkProcess, chaos_config, open_table, wait_until, watermarks
 from testkit.connect_records import same
+from testkit.mirror import CATCH_UP_S
 from testkit.readback import delta_rs_rows, spark_rows
 
 pytestmark = pytest.mark.integration
@@ -158,7 +159,7 @@ def test_a_postgres_database_mirrors_into_delta_through_kills_of_lakesink_and_co
         return DeltaTableSink(paths[table], f"{name}.{safe}").recover().offsets.get((topics[table], 0)) or 0
 
     def some_committed(table: str, proc, above: int) -> None:
-        wait_until(lambda: proc.alive() and committed(table) > above, 180,
+        wait_until(lambda: proc.alive() and committed(table) > above, CATCH_UP_S,
                    f"a commit of {table} past offset {above} ({proc.tail()})")
 
     runs = iter(range(1, 4))
@@ -229,7 +230,7 @@ def test_a_postgres_database_mirrors_into_delta_through_kills_of_lakesink_and_co
             return proc.alive()
 
         try:
-            wait_until(equal, 180, "every Delta table equal to its database table")
+            wait_until(equal, CATCH_UP_S, "every Delta table equal to its database table")
         except AssertionError as timeout:
             raise AssertionError(f"{timeout}; the differences: {found[:8]}; lakesink's log: {proc.tail()}") from None
         ends = {t: end_offset(kafka_bootstrap, topics[t]) for t in tables}

@@ -28,7 +28,7 @@ import pytest
 
 from connector.app import mirror_check
 from testkit import LakesinkProcess, wait_until
-from testkit.mirror import committed_offset, mirror_config, run_sql, topic_end
+from testkit.mirror import CATCH_UP_S, committed_offset, mirror_config, run_sql, topic_end
 from testkit.readback import spark_rows
 
 pytestmark = pytest.mark.integration
@@ -122,7 +122,7 @@ def test_a_postgres_table_mirrors_through_schemaless_json(postgres, make_connect
             return proc.alive() and not differences
 
         try:
-            wait_until(equal, 150, "the Delta table equal to the database")  # Spark starts slowly on a busy machine
+            wait_until(equal, CATCH_UP_S, "the Delta table equal to the database")
         except AssertionError as timeout:
             raise AssertionError(f"{timeout}; the differences: {differences[:8]}; Connect's log: {connect.log_file}; "
                                  f"lakesink's: {proc.tail()}") from None
