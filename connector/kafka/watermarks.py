@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from typing import TypeAlias
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from connector.protocol.messages import Offsets, TopicPartition
-
 log = logging.getLogger(__name__)
+
+TopicPartition: TypeAlias = tuple[str, int]
+"""(topic, partition), the pair connector/protocol/messages.py names too: spelled here so that the Kafka helpers do
+not import the control protocol, which is built on them."""
 
 
 def list_offsets(admin: AdminClient, partitions: Iterable[TopicPartition], earliest: bool = False,
@@ -60,7 +63,7 @@ def topic_ids(admin: AdminClient, topics: Iterable[str], timeout_s: float = 5.0)
     return out
 
 
-def lag(committed: Offsets, high: Mapping[TopicPartition, int],
+def lag(committed: Mapping[TopicPartition, int | None], high: Mapping[TopicPartition, int],
         low: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int | None]:
     """high watermark - committed offset per partition; a partition with nothing committed counts from its low
     watermark (0 when unknown). None where the high watermark is unknown."""
