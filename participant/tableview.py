@@ -38,7 +38,8 @@ class TableView:
             cfg = self.cfg
             converter = Converter(cfg.value_converter, cfg.connect_meta_data, cfg.max_record_bytes,
                                   cfg.schema_evolution, UpsertSpec.from_config(cfg), cfg.value_converter_schemas_enable,
-                                  cfg.key_converter_schemas_enable, self.registry("value"), self.registry("key"))
+                                  cfg.key_converter_schemas_enable, self.registry("value"), self.registry("key"),
+                                  cfg.connect_meta_headers, cfg.connect_meta_header_columns)
             self._show_table(converter)
             self.converters[key] = converter
         return converter

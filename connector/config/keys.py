@@ -474,6 +474,27 @@ class Keys(SourceKeys):
             table_scoped=True,
         ),
     ] = True
+    connect_meta_headers: Annotated[
+        bool,
+        Key(
+            BOOL,
+            "Add `_kafka_headers` (`array<struct<key:string,value:binary>>`: every Kafka header of the record in its "
+            "order, repeated names and null values kept, `[]` for none) and `_kafka_timestamp_type` (`CreateTime`, "
+            "`LogAppendTime`, null when Kafka gives none) to every row; needs `connect.meta.data=true`.",
+            table_scoped=True,
+        ),
+    ] = False
+    connect_meta_header_columns: Annotated[
+        tuple[str, ...],
+        Key(
+            FIELDS,
+            "Comma-separated Kafka header names, each stored as the string column `_kafka_header_<name>` (characters "
+            "Delta refuses in a column name become `_`): the value of the record's last header of that name as "
+            "UTF-8, null without one; a value that is not UTF-8 is a record error (`InvalidHeaderUtf8`). Needs "
+            "`connect.meta.data=true`.",
+            table_scoped=True,
+        ),
+    ] = ()
 
     errors_tolerance: Annotated[
         Tolerance,

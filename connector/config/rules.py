@@ -17,6 +17,7 @@ from connector.config.kinds import (
     jaas_login,
 )
 from connector.schema import encoding
+from connector.schema.columns import header_column
 
 
 def merged_registry_settings(common: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
@@ -109,6 +110,7 @@ def cross_check(values: Mapping[str, Any]) -> list[str]:
         elif not values.get("connect_meta_data", True):
             problems.append(f"upsert.order.field={order} needs connect.meta.data=true: the table keeps it in a "
                             f"_cdc_* column to order later changes against")
+    problems.extend(_header_problems(values))
     problems.extend(_vacuum_problems(values))
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
@@ -122,6 +124,25 @@ def staged_window_ms(values: Mapping[str, Any]) -> int:
     its write statuses, and its commit's retries."""
     return sum(int(values.get(key, SETTINGS_BY_NAME[key.replace("_", ".")].default)) for key in (
         "transaction_interval_ms", "coordinator_writestatus_timeout_ms", "write_retry_timeout_ms"))
+
+
+def _header_problems(values: Mapping[str, Any]) -> list[str]:
+    """connect.meta.headers and connect.meta.header.columns without the `_kafka_*` columns, and header names whose
+    columns Delta would take for one (case-insensitively, after `_` replaced refused characters)."""
+    names = values.get("connect_meta_header_columns", ())
+    problems = []
+    if (values.get("connect_meta_headers") or names) and not values.get("connect_meta_data", True):
+        problems.append("connect.meta.headers and connect.meta.header.columns need connect.meta.data=true (they add "
+                        "to the `_kafka_*` columns)")
+    seen: dict[str, str] = {}
+    for name in names:
+        column = header_column(name)
+        if column.lower() in seen:
+            problems.append(f"connect.meta.header.columns: {seen[column.lower()]!r} and {name!r} would both be column "
+                            f"{column} (Delta's names ignore case, and refused characters become `_`): name each "
+                            f"header once")
+        seen.setdefault(column.lower(), name)
+    return problems
 
 
 def _vacuum_problems(values: Mapping[str, Any]) -> list[str]:

@@ -8,6 +8,8 @@ from typing import Any
 NULL_VALUE = "NullValue"
 RECORD_TOO_LARGE = "RecordTooLarge"
 INVALID_UTF8 = "InvalidUtf8"
+INVALID_HEADER_UTF8 = "InvalidHeaderUtf8"
+"""A header named in connect.meta.header.columns whose value is not UTF-8 (its column holds text)."""
 MALFORMED_JSON = "MalformedJson"
 NOT_AN_OBJECT = "NotAnObject"
 RESERVED_FIELD = "ReservedField"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from connector.schema.names import sanitized
+
 META_PREFIX = "_kafka_"
 """Source fields may not start with it: the prefix is lakesink's."""
 
@@ -22,3 +24,23 @@ META_FIELDS = (
 META_COLUMNS = tuple(f.name for f in META_FIELDS)
 COORDINATES = (TOPIC, PARTITION, OFFSET)
 """The columns that name a row's source record."""
+
+HEADERS, TIMESTAMP_TYPE = "_kafka_headers", "_kafka_timestamp_type"
+HEADER_FIELDS = (
+    pa.field(HEADERS, pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))),
+    pa.field(TIMESTAMP_TYPE, pa.string()),
+)
+"""The columns of connect.meta.headers=true: every header in the record's order (repeated names and null values
+kept; no headers: an empty list), and how Kafka stamped `_kafka_timestamp` (null: it says none)."""
+TIMESTAMP_TYPES = {1: "CreateTime", 2: "LogAppendTime"}
+"""`_kafka_timestamp_type` by Kafka's timestamp type (confluent-kafka's TIMESTAMP_CREATE_TIME, _LOG_APPEND_TIME; 0,
+TIMESTAMP_NOT_AVAILABLE, is null)."""
+HEADER_COLUMN_PREFIX = "_kafka_header_"
+"""A header named in connect.meta.header.columns becomes the string column `_kafka_header_<name>`: inside
+lakesink's prefix, so no value field can ever take its name."""
+
+
+def header_column(header: str) -> str:
+    """The column of header `header` (connect.meta.header.columns): the prefix and the name, each character Delta
+    refuses in a plain table's column name (connector/schema/names.py) replaced by `_`."""
+    return HEADER_COLUMN_PREFIX + sanitized(header)

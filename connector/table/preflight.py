@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from connector.schema.columns import META_COLUMNS
+from connector.schema.columns import HEADER_FIELDS, META_COLUMNS, header_column
 from connector.upsert import EVENT_ORDER_COLUMNS, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 
 if TYPE_CHECKING:
@@ -29,9 +29,10 @@ def partitioning_refusal(table_path: str, partition_by: Sequence[str], partition
 
 
 def refusal(table_path: str, schema: pa.Schema, partition_columns: Sequence[str], *, partition_by: Sequence[str],
-            meta: bool, evolution: bool, upsert: UpsertSpec) -> str | None:
+            meta: bool, evolution: bool, upsert: UpsertSpec, headers: Sequence[str] = ()) -> str | None:
     """Why the first commit of this configuration into the table (`schema`, `partition_columns`) would fail for
-    good, or None. Names compare as Delta does, case-insensitively."""
+    good, or None; `headers`: the columns connect.meta.headers and connect.meta.header.columns add. Names compare as
+    Delta does, case-insensitively."""
     partitioning = partitioning_refusal(table_path, partition_by, partition_columns)
     if partitioning or evolution:
         return partitioning
@@ -40,6 +41,11 @@ def refusal(table_path: str, schema: pa.Schema, partition_columns: Sequence[str]
         return (f"{table_path} has no {', '.join(absent)} column(s), which connect.meta.data=true adds to every row, "
                 f"and schema.evolution=false: set connect.meta.data=false to write only the records' fields (or "
                 f"schema.evolution=true to add those columns to the table)")
+    absent = _absent(schema, headers)
+    if absent:
+        return (f"{table_path} has no {', '.join(absent)} column(s), which connect.meta.headers / "
+                f"connect.meta.header.columns add to every row, and schema.evolution=false: set "
+                f"schema.evolution=true to add them, or leave those keys off")
     if not upsert.keyed:
         return None
     absent = _absent(schema, upsert.key_fields)
@@ -61,7 +67,9 @@ def refusal(table_path: str, schema: pa.Schema, partition_columns: Sequence[str]
 def config_refusal(cfg: LakesinkConfig, schema: pa.Schema, partition_columns: Sequence[str]) -> str | None:
     """`refusal` for a connector's configuration."""
     return refusal(cfg.table_path, schema, partition_columns, partition_by=cfg.partition_field_name,
-                   meta=cfg.connect_meta_data, evolution=cfg.schema_evolution, upsert=UpsertSpec.from_config(cfg))
+                   meta=cfg.connect_meta_data, evolution=cfg.schema_evolution, upsert=UpsertSpec.from_config(cfg),
+                   headers=[*(f.name for f in HEADER_FIELDS if cfg.connect_meta_headers),
+                            *map(header_column, cfg.connect_meta_header_columns)])
 
 
 def _absent(schema: pa.Schema, names: Sequence[str]) -> list[str]:

@@ -16,13 +16,14 @@ import pyarrow.compute as pc
 from connector.errors import ConfigError, LakesinkError
 from connector.formats.json_types import NO_COLUMNS
 from connector.formats.plain_json import JsonRows, true_indices
-from connector.formats.problems import NULL_VALUE, RECORD_TOO_LARGE
+from connector.formats.problems import INVALID_HEADER_UTF8, NULL_VALUE, RECORD_TOO_LARGE
 from connector.formats.registry import FORMATS, RegistryReader
+from connector.schema.columns import HEADER_FIELDS, header_column
 from connector.schema.names import PLAIN_REFUSED
 from connector.upsert import UpsertSpec
 from participant.convert.changes import Changes
 from participant.convert.keys import Keys
-from participant.convert.meta import with_coordinates, with_meta
+from participant.convert.meta import Headers, header_list, header_texts, timestamp_types, with_coordinates, with_meta
 from participant.convert.results import ConvertResult, RecordFailure
 from participant.convert.scope import Scope
 from participant.convert.values import ConnectValues, PlainJson, Reader, RegistryValues, TextValues, TypedFit
@@ -50,16 +51,22 @@ class Converter:
         key_schemas: bool = False,
         value_registry: RegistryReader | None = None,
         key_registry: RegistryReader | None = None,
+        meta_headers: bool = False,
+        header_columns: tuple[str, ...] = (),
     ):
         """value_schemas / key_schemas: `value.converter.schemas.enable` / `key.converter.schemas.enable`: every
         value (key) is Kafka Connect's `{"schema": ..., "payload": ...}` and its schema types the columns.
         value_registry / key_registry: how values (keys) in the Schema Registry wire format are read
-        (value.converter / key.converter = avro, protobuf or json_schema); their writer schemas type the columns."""
+        (value.converter / key.converter = avro, protobuf or json_schema); their writer schemas type the columns.
+        meta_headers / header_columns: connect.meta.headers / connect.meta.header.columns (with connect_meta_data
+        only): the `_kafka_headers` and `_kafka_timestamp_type` columns, and a text column per header named."""
         if value_converter not in CONVERTERS:
             raise ConfigError(f"value.converter: expected one of {', '.join(CONVERTERS)}, got {value_converter!r}")
         if max_record_bytes <= 0:
             raise ConfigError(f"max.record.bytes: expected a positive integer, got {max_record_bytes}")
         upsert = upsert or UpsertSpec(meta=connect_meta_data)
+        if (meta_headers or header_columns) and not connect_meta_data:
+            raise ConfigError("connect.meta.headers and connect.meta.header.columns need connect.meta.data=true")
         if value_converter in FORMATS and value_registry is None:
             raise ConfigError(f"value.converter={value_converter} needs a schema registry (schema.registry.url)")
         if upsert.unwraps and value_converter not in ("json", *FORMATS):
@@ -69,6 +76,10 @@ class Converter:
         self.connect_meta_data = connect_meta_data
         self.max_record_bytes = max_record_bytes
         self.allow_new_fields = allow_new_fields
+        self.meta_headers = meta_headers
+        self._header_columns = tuple((name, header_column(name)) for name in header_columns)
+        self._reads_headers = meta_headers or bool(header_columns)
+        """Whether a batch's headers and timestamp types are read at all (with both keys off: no work per record)."""
         self.upsert = upsert
         self.value_schemas = value_schemas and value_converter == "json"
         self._value_registry = value_registry if value_converter in FORMATS else None
@@ -166,6 +177,7 @@ class Converter:
             [m.key() for m in messages],
             [m.value() for m in messages],
             lambda i: messages[i].headers(),
+            [kind for kind, _ in stamps] if self._reads_headers else None,
         )
 
     def convert_raw(
@@ -176,9 +188,11 @@ class Converter:
         timestamps: Sequence[int | None],
         keys: Sequence[bytes | None],
         values: Sequence[bytes | None],
-        headers: Sequence[list[tuple[str, bytes]] | None] | None = None,
+        headers: Sequence[Headers] | None = None,
+        timestamp_types: Sequence[int] | None = None,
     ) -> ConvertResult:
-        """Same as convert, from plain lists (timestamps in ms since the epoch)."""
+        """Same as convert, from plain lists (timestamps in ms since the epoch; timestamp_types Kafka's: 0 none,
+        1 CreateTime, 2 LogAppendTime, None: not known, a null `_kafka_timestamp_type`)."""
         lengths = {len(offsets), len(timestamps), len(keys), len(values)}
         if len(lengths) != 1 or (headers is not None and len(headers) != len(values)):
             raise ValueError("offsets, timestamps, keys, values (and headers) must have the same length")
@@ -192,6 +206,8 @@ class Converter:
             list(keys),
             list(values),
             (lambda i: headers[i]) if headers is not None else (lambda i: None),
+            (list(timestamp_types) if timestamp_types is not None else [0] * len(values)) if self._reads_headers
+            else None,
         )
 
     def _convert(
@@ -202,8 +218,10 @@ class Converter:
         timestamps: list[int | None],
         keys: list[bytes | None],
         values: list[bytes | None],
-        headers_of: Callable[[int], list[tuple[str, bytes]] | None],
+        headers_of: Callable[[int], Headers],
+        kinds: list[int] | None,
     ) -> ConvertResult:
+        """`kinds`: each record's timestamp type, None unless the headers' columns are on."""
         n = len(values)
         self._scope.topic, self._scope.headers_of = topic, headers_of
         value_array = pa.array(values, pa.binary())
@@ -227,6 +245,9 @@ class Converter:
                     f"above max.record.bytes={self.max_record_bytes}",
                 )
 
+        more: list[tuple[pa.Field, pa.Array]] = []
+        if kinds is not None:
+            more = self._header_columns_of([headers_of(i) for i in range(n)], kinds, rejected)
         typed_keys = self._keys.decode_keys(keys, rejected) if self.key_schemas and self.connect_meta_data else None
         data, kept, cut, changes = self._read(keys, values, value_array, rejected)
 
@@ -256,7 +277,7 @@ class Converter:
         if data is not None and self.connect_meta_data:
             if typed_keys is not None:
                 key_array = pa.array(typed_keys, self._keys.key_type)
-            data = with_meta(data, topic, partition, offsets, timestamps, key_array, kept)
+            data = with_meta(data, topic, partition, offsets, timestamps, key_array, kept, more)
         elif data is not None and self.upsert.stages_coordinates:
             data = with_coordinates(data, topic, partition, offsets, timestamps, kept)
         rows = 0 if data is None else data.num_rows
@@ -264,3 +285,16 @@ class Converter:
             raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
         return ConvertResult(data if rows else None, failures, offsets[0], offsets[n] if cut is not None else
                              offsets[-1] + 1, bytes_in)
+
+    def _header_columns_of(self, headers: list[Headers], kinds: list[int], rejected: dict[int, tuple[str, str]]
+                           ) -> list[tuple[pa.Field, pa.Array]]:
+        """The columns of connect.meta.headers and connect.meta.header.columns, a value per record; a record whose
+        named header is not UTF-8 joins `rejected` (unless it failed already)."""
+        more = [(HEADER_FIELDS[0], header_list(headers)), (HEADER_FIELDS[1], timestamp_types(kinds))] \
+            if self.meta_headers else []
+        for name, column in self._header_columns:
+            texts, bad = header_texts(headers, name)
+            for i, why in bad.items():
+                rejected.setdefault(i, (INVALID_HEADER_UTF8, why))
+            more.append((pa.field(column, pa.string()), texts))
+        return more
