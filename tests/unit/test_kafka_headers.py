@@ -12,7 +12,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TI
 from connector.config import config_from_dict
 from connector.errors import ConfigError
 from connector.formats.problems import INVALID_HEADER_UTF8
-from connector.schema.columns import HEADER_FIELDS, HEADERS, TIMESTAMP_TYPE, header_column
+from connector.schema.columns import HEADER_FIELDS, HEADERS, META_FIELDS, TIMESTAMP_TYPE, header_column
 from connector.table.preflight import config_refusal
 from connector.upsert import UpsertSpec
 from participant.convert import Converter
@@ -121,9 +121,7 @@ def test_config_takes_both_keys_and_refuses_clashes_and_missing_meta_data():
 
 
 def test_an_existing_table_without_the_columns_is_refused_without_schema_evolution():
-    schema = pa.schema([pa.field("a", pa.int64()), pa.field("_kafka_topic", pa.string()),
-                        pa.field("_kafka_partition", pa.int32()), pa.field("_kafka_offset", pa.int64()),
-                        pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC")), pa.field("_kafka_key", pa.binary())])
+    schema = pa.schema([pa.field("a", pa.int64()), *META_FIELDS])
     cfg = config_from_dict({**MINIMAL, "connect.meta.headers": "true", "connect.meta.header.columns": "t"}, env={})
     refused = config_refusal(cfg, schema, ())
     assert f"{HEADERS}, {TIMESTAMP_TYPE}, {header_column('t')}" in refused and "schema.evolution" in refused
