@@ -40,6 +40,11 @@ HEADER_COLUMN_PREFIX = "_kafka_header_"
 lakesink's prefix, so no value field can ever take its name."""
 
 
+def kafka_column(name: str) -> bool:
+    """Whether `name` is one of the `_kafka_*` columns: META_COLUMNS, HEADER_FIELDS and the header columns."""
+    return name.startswith(META_PREFIX)
+
+
 def header_column(header: str) -> str:
     """The column of header `header` (connect.meta.header.columns): the prefix and the name, each character Delta
     refuses in a plain table's column name (connector/schema/names.py) replaced by `_`."""

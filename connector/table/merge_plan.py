@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from connector.formats.debezium import ORIGIN_MARK
-from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP, TOPIC
+from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP, TOPIC, kafka_column
 from connector.schema.names import quote as _q
 from connector.upsert import ABSENT, CDC_COLUMNS, DELETE_MARKER, OLD_KEY, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 
@@ -49,7 +49,7 @@ class MergePlan:
         """The columns an update under upsert.missing.fields=keep leaves as they are where its change does not carry
         them: the data columns, not the keys nor the ones lakesink writes."""
         ours = {*self.keys, *META_COLUMNS, *CDC_COLUMNS, SOFT_DELETED, SOFT_DELETED_AT}
-        return tuple(c for c in self.columns if c not in ours)
+        return tuple(c for c in self.columns if c not in ours and not kafka_column(c))
 
 
 def table_columns(spec: UpsertSpec, staged: pa.Schema) -> pa.Schema:
@@ -115,7 +115,7 @@ def comparable_positions(a: str, b: str) -> str:
 def tombstone_columns(spec: UpsertSpec, columns) -> tuple[str, ...]:
     """The columns of `columns` that a soft delete sets on its key's row: `_deleted`, `_deleted_at`, the order
     column and the `_kafka_*` ones; the row keeps every other value."""
-    return tuple(c for c in columns if c in (SOFT_DELETED, SOFT_DELETED_AT, spec.order_column) or c in META_COLUMNS)
+    return tuple(c for c in columns if c in (SOFT_DELETED, SOFT_DELETED_AT, spec.order_column) or kafka_column(c))
 
 
 def with_soft_delete_columns(df):

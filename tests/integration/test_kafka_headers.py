@@ -118,25 +118,31 @@ def test_headers_reach_an_append_table_as_the_broker_gives_them(kafka_bootstrap,
 
 def test_headers_of_the_winning_change_reach_an_upsert_table(kafka_bootstrap, admin, tmp_path, spark):
     """write.mode=upsert on a LogAppendTime topic: each key's row holds the headers of its last record in Kafka order
-    (the MERGE carries the columns), the timestamp type the broker stamped."""
+    (the MERGE carries the columns), the timestamp type the broker stamped; a soft delete sets its own."""
     topic = f"headers-upsert-{uuid.uuid4().hex[:12]}"
     create_topic(admin, topic, 1, {"message.timestamp.type": "LogAppendTime"})
     dlq = f"{topic}-dlq"
     create_topic(admin, dlq, 1)
     table = tmp_path / "tables" / "keyed"
     cfg = dead_letter_config("headers-upsert", kafka_bootstrap, topic, table, dlq, **{
-        "write.mode": "upsert", "record.key.fields": "id", "connect.meta.headers": "true",
-        "connect.meta.header.columns": ",".join(NAMED)})
+        "write.mode": "upsert", "record.key.fields": "id", "delete.enabled": "true", "delete.mode": "soft",
+        "connect.meta.headers": "true", "connect.meta.header.columns": ",".join(NAMED)})
     ends = _produce(kafka_bootstrap, topic, 49, 1, lambda i: str(i % 7).encode())
+    tombstone = [("trace_id", b"deleted-3"), ("x", None), ("trace_id", b"gone")]
     with Sink(cfg, spark) as sink:
         drain_records(sink, cfg, ends, "the keyed records with headers")
-    source = read_topic(kafka_bootstrap, topic, 49)
+        # in a later txn than the key's row: the soft delete updates the row the table holds
+        ends = offset_ends(produce_records(kafka_bootstrap, topic, [(0, b"3", None)], [tombstone]), topic)
+        drain_records(sink, cfg, ends, "the soft delete with headers")
+    source = read_topic(kafka_bootstrap, topic, 50)
     winners = {}
     for m in source:  # one partition: Kafka order decides, the dead-lettered records never reach the table
         if not _not_text(m):
-            winners[json.loads(m.value())["id"]] = m
+            winners[int(m.key())] = m
+    assert winners[3].value() is None and winners[3].headers() == tombstone
     assert {m.timestamp()[0] for m in source} == {2}, "the broker stamps LogAppendTime"
     _check(table, {(m.partition(), m.offset()): _expected(m) for m in winners.values()}, spark)
+    assert {r["id"] for r in delta_rs_rows(table) if r["_deleted"]} == {3}
     bad = [(m.partition(), m.offset()) for m in source if _not_text(m)]
     assert _dead_lettered(kafka_bootstrap, dlq, len(bad)) == dict.fromkeys(bad, INVALID_HEADER_UTF8)
 
