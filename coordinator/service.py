@@ -39,6 +39,7 @@ from connector.protocol.messages import (
 )
 from connector.observe.metrics import Metrics
 from connector.retry import Retries
+from connector.schema import layout
 from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
 from connector.storage.store import Store
@@ -125,7 +126,8 @@ class CoordinatorService:
     def _begin(self) -> list[Effect]:
         profile = self.sink.check_supported()
         if profile is not None:
-            refused = config_refusal(self.cfg, self.sink.arrow_schema(), profile.partition_columns)
+            refused = config_refusal(self.cfg, self.sink.arrow_schema(), profile.partition_columns,
+                                     profile.generated, profile.features)
             if refused:  # what the first commit would refuse for good, refused before the claim writes anything
                 raise UnsupportedTableError(refused)
         if profile is not None and not profile.fast_path:
@@ -501,9 +503,10 @@ def build_coordinator(cfg: LakesinkConfig, clock: Clock | None = None, spark_fac
     spark = SparkWarmUp(spark_factory or (lambda: build_spark(cfg, cfg.write_mode != "append")))
     dead_letters = ConstraintDeadLetters(cfg, kafka, metrics)
     if sink is None:
-        sink = DeltaTableSink(cfg.table_path, cfg.name, tuple(cfg.partition_field_name), cfg.schema_evolution,
-                              spark_factory=spark.session, errors_tolerance=cfg.errors_tolerance,
-                              dead_letter=dead_letters.send, store=store, upsert=UpsertSpec.from_config(cfg))
+        sink = DeltaTableSink(cfg.table_path, cfg.name, layout.partition_columns(cfg.partition_field_name),
+                              cfg.schema_evolution, spark_factory=spark.session, errors_tolerance=cfg.errors_tolerance,
+                              dead_letter=dead_letters.send, store=store, upsert=UpsertSpec.from_config(cfg),
+                              layout_entries=tuple(cfg.partition_field_name), cluster_by=tuple(cfg.table_cluster_by))
     return CoordinatorService(cfg, store, sink, kafka, spark, dead_letters, clock or SystemClock(), metrics, channel)
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from connector.errors import LakesinkError
 from connector.protocol.messages import StagedFile
 from connector.schema.algebra import conform, schema_to_text, unify
+from connector.schema.layout import Transform, add_generated
 from connector.storage.store import Store
 from connector.table.datafiles import (
     ParquetOut,
@@ -40,7 +41,8 @@ class FileGroupWriter:
     `flush_size` rows or `max_bytes` buffered bytes are reached.
 
     `partition_by`: the table's partition columns, () for an unpartitioned table, None to write the files
-    whole (for a table written through Spark, which rewrites them). Tables may differ in schema as the schema
+    whole (for a table written through Spark, which rewrites them). `generated`: the time transforms whose columns
+    each row gets from its timestamp (connector/schema/layout.py), as Delta would compute them. Tables may differ in schema as the schema
     evolves (new columns, compatible types): each spill is written with the unified schema of everything appended
     so far, and each file reports its own schema. `rows` and `bytes` are totals so far: rows buffered + written,
     and Arrow bytes buffered + file bytes written (after `flush`, exactly the sums over the returned files).
@@ -59,6 +61,7 @@ class FileGroupWriter:
         max_bytes: int = 64 << 20,
         codec: str = "snappy",
         target_bytes: int = 128 << 20,
+        generated: tuple[Transform, ...] = (),
     ):
         if flush_size <= 0 or max_bytes <= 0 or target_bytes <= 0:
             raise ValueError(f"flush_size, max_bytes and target_bytes must be positive, got {flush_size}, {max_bytes} "
@@ -73,6 +76,7 @@ class FileGroupWriter:
         self.max_bytes = max_bytes
         self.codec = codec
         self.target_bytes = target_bytes
+        self.generated = generated
         self._stem = (f"{data_file_prefix(connector)}{safe_name(str(txn_tag))}-{safe_name(topic)}-{partition}-"
                       f"{safe_name(worker)}")
         self._seq = 0
@@ -111,6 +115,11 @@ class FileGroupWriter:
         self._require_open("append to")
         if table.num_rows == 0:
             return
+        if self.generated:
+            try:
+                table = add_generated(table, self.generated)
+            except ValueError as exc:
+                raise LakesinkError(f"{self.topic}-{self.partition}: {exc}; partition.field.name names it") from None
         self._schema = table.schema if self._schema is None else unify([self._schema, table.schema])
         self._buffer.append(table)
         self._buffered_rows += table.num_rows

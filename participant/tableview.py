@@ -8,6 +8,7 @@ from __future__ import annotations
 from connector.config import LakesinkConfig
 from connector.formats import registry_format
 from connector.formats.registry import RegistryReader
+from connector.schema import layout
 from connector.schema.columns import KEY, META_COLUMNS
 from connector.table.features import read_profile
 from connector.table.snapshot import TableSnapshot
@@ -21,7 +22,9 @@ class TableView:
         self._table = table
         # how data files are split: the table's partition columns when Delta's log takes its files as they are,
         # None when its commits go through Spark (which rewrites them); before the table exists, the configured
-        self.split_by: tuple[str, ...] | None = tuple(cfg.partition_field_name)
+        self.split_by: tuple[str, ...] | None = layout.partition_columns(cfg.partition_field_name)
+        # the generated columns the participants compute (time transforms): the table's own once it exists
+        self.generated: tuple[layout.Transform, ...] = layout.transforms(cfg.partition_field_name)
         self.schema_version: int | None = -1
         """The table version the view was read at; -1: no table yet."""
         # one converter per partition: what a partition's records infer never depends on which partitions share
@@ -71,6 +74,7 @@ class TableView:
             return
         profile = read_profile(dt)
         self.split_by = profile.partition_columns if profile.fast_path else None
+        self.generated = layout.recognised(profile.generated)
         self.set_table_schema(self._table.arrow_schema(dt))
         schema, key, _, _ = self._table_view
         self._table_view = (schema, key, profile.type_widening and self.cfg.schema_evolution,

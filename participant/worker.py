@@ -320,7 +320,7 @@ class Worker:
         st = runner.state
         return FileGroupWriter(self._store, self.cfg.name, st.topic_partition[0], st.topic_partition[1],
                                self.worker_id, txn_tag(st.epoch or 0, st.txn or 0),
-                               partition_by=self.table_view.split_by,
+                               partition_by=self.table_view.split_by, generated=self.table_view.generated,
                                flush_size=self.cfg.flush_size, max_bytes=self.cfg.buffer_max_bytes,
                                codec=self.cfg.parquet_codec, target_bytes=self.cfg.file_target_bytes)
 

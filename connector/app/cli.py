@@ -288,7 +288,7 @@ def _validate_table(cfg, store) -> int:
     if refusal:
         _say(f"table {cfg.table_path}: lakesink cannot write it: {refusal}")
         return 2
-    refusal = config_refusal(cfg, schema, profile.partition_columns)
+    refusal = config_refusal(cfg, schema, profile.partition_columns, profile.generated, profile.features)
     if refusal:
         _say(f"table {cfg.table_path}: the first commit would fail: {refusal}")
         return 2

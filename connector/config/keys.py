@@ -328,7 +328,18 @@ class Keys(SourceKeys):
     ] = None
     partition_field_name: Annotated[
         tuple[str, ...],
-        Key(FIELDS, "Comma-separated columns the table is partitioned by; empty for an unpartitioned table.",
+        Key(FIELDS, "Comma-separated columns a table lakesink creates is partitioned by; an entry may be a time "
+                    "transform of a timestamp column, `day(ts)`, `hour(ts)`, `month(ts)` or `year(ts)`, made as the "
+                    "generated column `ts_day` (date), `ts_hour` / `ts_month` (string) or `ts_year` (int), in UTC, "
+                    "so that a filter on `ts` prunes; empty for an unpartitioned table. An existing table must have "
+                    "this layout.",
+            table_scoped=True),
+    ] = ()
+    table_cluster_by: Annotated[
+        tuple[str, ...],
+        Key(FIELDS, "Comma-separated columns a table lakesink creates is liquid-clustered by (Delta's clustering "
+                    "feature) instead of partitioned; compaction then clusters it. Not with `partition.field.name` "
+                    "nor `compaction.zorder.by`. An existing table must be clustered by these columns.",
             table_scoped=True),
     ] = ()
 

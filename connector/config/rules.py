@@ -16,7 +16,7 @@ from connector.config.kinds import (
     TABLE_TEMPLATE,
     jaas_login,
 )
-from connector.schema import encoding
+from connector.schema import encoding, layout
 from connector.schema.columns import header_column
 
 
@@ -112,6 +112,7 @@ def cross_check(values: Mapping[str, Any]) -> list[str]:
                             f"_cdc_* column to order later changes against")
     problems.extend(_header_problems(values))
     problems.extend(_vacuum_problems(values))
+    problems.extend(_layout_problems(values))
     if dlq is not None and dlq == control:
         problems.append(f"errors.deadletterqueue.topic.name: {dlq!r} is the control topic; use a topic of its own")
     problems.extend(_connection_problems(values))
@@ -142,6 +143,26 @@ def _header_problems(values: Mapping[str, Any]) -> list[str]:
                             f"{column} (Delta's names ignore case, and refused characters become `_`): name each "
                             f"header once")
         seen.setdefault(column.lower(), name)
+    return problems
+
+
+def _layout_problems(values: Mapping[str, Any]) -> list[str]:
+    partition, cluster = values.get("partition_field_name", ()), values.get("table_cluster_by", ())
+    problems = []
+    try:
+        transforms = layout.transforms(partition)
+    except ValueError as exc:
+        return [f"partition.field.name: {exc}"]
+    if partition and cluster:
+        problems.append("partition.field.name and table.cluster.by: set one of them (a table is partitioned or "
+                        "clustered, not both)")
+    if cluster and values.get("compaction_zorder_by"):
+        problems.append("compaction.zorder.by and table.cluster.by: a clustered table is clustered by compaction, "
+                        "never Z-ordered; leave compaction.zorder.by empty")
+    zone = values.get("spark_conf", {}).get("spark.sql.session.timeZone", "UTC")
+    if transforms and zone.upper() not in ("UTC", "Z", "+00:00", "ETC/UTC"):
+        problems.append(f"partition.field.name={','.join(partition)} with spark.sql.session.timeZone={zone}: a "
+                        f"time transform is computed in UTC; leave spark.sql.session.timeZone unset (UTC)")
     return problems
 
 

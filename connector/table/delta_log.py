@@ -86,6 +86,35 @@ class DeltaLogCommitter:
                 log.warning("the Delta checkpoint after version %d of %s is skipped: %s", committed, table_path, exc)
         return committed
 
+    def create(self, table_path: str, schema: pa.Schema, *, partition_by: tuple[str, ...],
+               generated: dict[str, str], cluster_by: tuple[str, ...], properties: dict[str, str]) -> int:
+        """Create the table, empty, with a layout a DataFrame write cannot declare: `generated` (column -> its
+        generation expression) and partition columns, or clustering by `cluster_by` (Delta's clustering feature and
+        its `delta.clustering` domain metadata, as CREATE TABLE ... CLUSTER BY writes them); `properties`: more table
+        properties. A commit of its own, without a txn action; TableExistsError when the table exists (another
+        writer created it first: Delta's commit of version 0 is put-if-absent)."""
+        activate(self._spark)
+        txn = self._log(table_path).startTransaction()
+        if txn.readVersion() >= 0:
+            raise TableExistsError(f"{table_path} was created by another writer")
+        fields = json.loads(spark_schema_json(schema))
+        for f in fields["fields"]:
+            if f["name"] in generated:
+                f["metadata"] = {**f.get("metadata", {}), "delta.generationExpression": generated[f["name"]]}
+        configuration = dict(properties)
+        actions = []
+        if cluster_by:
+            configuration["delta.feature.clustering"] = "supported"
+            clustering = json.dumps({"clusteringColumns": [[c] for c in cluster_by]})
+            actions.append({"domainMetadata": {"domain": "delta.clustering", "configuration": clustering,
+                                               "removed": False}})
+        txn.updateMetadataForNewTable(self._action({"metaData": {
+            "id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+            "schemaString": json.dumps(fields), "partitionColumns": list(partition_by),
+            "configuration": configuration, "createdTime": int(time.time() * 1000)}}))
+        return int(txn.commit(self._seq([self._action(a) for a in actions]),
+                              self._write_operation(partition_by, None)))
+
     def _read_txn_version(self, txn, table_path: str, app_id: str) -> int:
         """`txn.txnVersion(app_id)`: the app's version in the transaction's snapshot (-1 if none), recorded as
         read so that a concurrent commit of the same app id fails this one. Delta 4.4 answers it with a state
@@ -123,7 +152,7 @@ class DeltaLogCommitter:
             java_list.add(item)
         return self._jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
 
-    def _write_operation(self, partition_by: tuple[str, ...], user_metadata: str):
+    def _write_operation(self, partition_by: tuple[str, ...], user_metadata: str | None):
         """DeltaOperations.Write(Append, partitionBy, predicate=None, userMetadata, the rest None): the history
         shows a WRITE with lakesink's user metadata, as a DataFrame append would."""
         jvm = self._jvm

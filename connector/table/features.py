@@ -4,7 +4,8 @@ Three answers, decided by `TableProfile` from the table's own description (docs/
 writes to"):
 - **fast path**: the participants' Parquet files are added as they are. Only for tables where that provably
   writes what Delta's own writer would: no column mapping, no constraint of any kind (CHECK, NOT NULL,
-  invariants), no generated or identity column, and no feature whose writers must do more than add files;
+  invariants), no generated column but lakesink's own time transforms (connector/schema/layout.py: the participants
+  compute them), no identity column, and no feature whose writers must do more than add files;
 - **Delta's writer**: every other table delta-spark can write. Spark's Delta writer writes the transaction's
   rows, so Delta maps column names, computes generated columns, assigns identities and checks every constraint;
   lakesink checks the same constraints first, so that a violating row is dead-lettered or named, not a failed
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from connector.errors import SetupError
+from connector.schema import layout
 from connector.schema.names import quote as _quote, quote_path
 
 MAX_READER_VERSION = 3
@@ -132,8 +134,10 @@ class TableProfile:
                    if name.lower() not in FAST_PATH_FEATURES]
         if self.column_mapping != "none":
             reasons.append(f"column mapping mode '{self.column_mapping}'")
-        if self.generated:
-            reasons.append(f"generated column(s) {', '.join(self.generated)}")
+        computed = {t.column for t in layout.recognised(self.generated)}  # the participants write these
+        generated = [c for c in self.generated if c not in computed]
+        if generated:
+            reasons.append(f"generated column(s) {', '.join(generated)}")
         if self.identity:
             reasons.append(f"identity column(s) {', '.join(self.identity)}")
         rules = [c for c in self.constraints if not c.name.startswith("generated column")]

@@ -7,11 +7,12 @@ here: a column the records bring (a value field) is the records' business, a rec
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from connector.schema import layout
 from connector.schema.columns import HEADER_FIELDS, META_COLUMNS, header_column
 from connector.upsert import EVENT_ORDER_COLUMNS, SOFT_DELETED, SOFT_DELETED_AT, UpsertSpec
 
@@ -25,6 +26,28 @@ def partitioning_refusal(table_path: str, partition_by: Sequence[str], partition
         return (f"partition.field.name={','.join(partition_by)} but {table_path} is partitioned by "
                 f"{','.join(partition_columns) or 'no column'}: set partition.field.name to the table's partition "
                 f"columns, or leave it empty to follow the table")
+    return None
+
+
+def layout_refusal(table_path: str, entries: Sequence[str], cluster_by: Sequence[str],
+                   generated: Mapping[str, str], features: frozenset[str]) -> str | None:
+    """The table's layout is not the configured one: a time transform of partition.field.name (`entries`) whose
+    column the table does not generate with that expression, or table.cluster.by on a table that is not clustered
+    (or partition.field.name on one that is). The partition columns themselves: `partitioning_refusal`."""
+    for t in layout.transforms(tuple(entries)):
+        found = generated.get(t.column)
+        if found is None or found.strip() != t.expression:
+            return (f"partition.field.name has {t.kind}({t.source}) but the column {t.column} of {table_path} is "
+                    f"{'not a generated column' if found is None else f'generated as {found}'}, not "
+                    f"{t.expression}: set partition.field.name to the table's layout, or leave it empty to follow "
+                    f"the table")
+    clustered = "clustering" in {f.lower() for f in features}
+    if cluster_by and not clustered:
+        return (f"table.cluster.by={','.join(cluster_by)} but {table_path} is not a clustered table: leave "
+                f"table.cluster.by empty to follow the table, or write a new table")
+    if entries and clustered:
+        return (f"partition.field.name={','.join(entries)} but {table_path} is a clustered table: leave "
+                f"partition.field.name empty to follow the table")
     return None
 
 
@@ -64,9 +87,17 @@ def refusal(table_path: str, schema: pa.Schema, partition_columns: Sequence[str]
     return None
 
 
-def config_refusal(cfg: LakesinkConfig, schema: pa.Schema, partition_columns: Sequence[str]) -> str | None:
-    """`refusal` for a connector's configuration."""
-    return refusal(cfg.table_path, schema, partition_columns, partition_by=cfg.partition_field_name,
+def config_refusal(cfg: LakesinkConfig, schema: pa.Schema, partition_columns: Sequence[str],
+                   generated: Mapping[str, str] | None = None, features: frozenset[str] = frozenset()) -> str | None:
+    """`refusal` for a connector's configuration, after `layout_refusal` when the table's generated columns and
+    features are given."""
+    if generated is not None:
+        found = layout_refusal(cfg.table_path, cfg.partition_field_name, cfg.table_cluster_by, generated, features)
+        if found and not partitioning_refusal(cfg.table_path, layout.partition_columns(cfg.partition_field_name),
+                                              partition_columns):
+            return found
+    return refusal(cfg.table_path, schema, partition_columns,
+                   partition_by=layout.partition_columns(cfg.partition_field_name),
                    meta=cfg.connect_meta_data, evolution=cfg.schema_evolution, upsert=UpsertSpec.from_config(cfg),
                    headers=[*(f.name for f in HEADER_FIELDS if cfg.connect_meta_headers),
                             *map(header_column, cfg.connect_meta_header_columns)])

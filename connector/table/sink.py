@@ -33,12 +33,13 @@ import pyarrow as pa
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.faults import fault_point
 from connector.protocol.messages import Offsets, WriteStatus, encode_offsets, split_version
+from connector.schema import layout
 from connector.storage.store import Location, Store
 from connector.table import delta_writer
 from connector.table.failures import Failure, classify
 from connector.table.features import TableProfile, UnsupportedTableError, read_profile
 from connector.table.delta_log import DeferredCheckpoints
-from connector.table.preflight import partitioning_refusal
+from connector.table.preflight import layout_refusal, partitioning_refusal
 from connector.table.recovery import Recovered, Recovery
 from connector.table.snapshot import TableSnapshot
 from connector.table.state import KEEP_MANIFESTS, Manifests, commit_metadata, resolve
@@ -63,7 +64,7 @@ class CommitResult:
 class DeltaTableSink:
     table_path: str
     app_id: str
-    partition_by: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()  # the partition columns, a time transform's generated column included
     schema_evolution: bool = False
     spark_factory: Callable[[], object] | None = None
     errors_tolerance: str = "none"
@@ -78,6 +79,8 @@ class DeltaTableSink:
     """Check that every staged file still exists before its commit (a table whose short
     delta.deletedFileRetentionDuration lets a VACUUM delete files a transaction has staged but not committed): a
     file group with a file gone is left out, and its records read again."""
+    layout_entries: tuple[str, ...] = ()  # partition.field.name as configured: `day(ts)` for the column ts_day
+    cluster_by: tuple[str, ...] = ()  # table.cluster.by: a table it creates is clustered instead of partitioned
 
     # the table's newest snapshot through delta-rs (connector/table/snapshot.py), shared by recovery and the commit
     snapshot: TableSnapshot = field(init=False, repr=False)
@@ -105,7 +108,8 @@ class DeltaTableSink:
     def write_paths(self) -> WritePaths:
         return WritePaths(self.store, self.table_path, self.app_id, self.partition_by, self.schema_evolution,
                           self.errors_tolerance, self.dead_letter, self.upsert, self.check_staged, self.snapshot,
-                          self._checkpoints, self.check_supported)
+                          self._checkpoints, self.check_supported, layout.transforms(self.layout_entries),
+                          self.cluster_by)
 
     # --- the table as the coordinator reads it (connector/table/snapshot.py, recovery.py, state.py) -------------
 
@@ -135,7 +139,9 @@ class DeltaTableSink:
         found = self.profile() if dt is None else read_profile(dt)
         if found is not None:
             found.check_supported(self.table_path)
-            partitioning = partitioning_refusal(self.table_path, self.partition_by, found.partition_columns)
+            partitioning = partitioning_refusal(self.table_path, self.partition_by, found.partition_columns) \
+                or layout_refusal(self.table_path, self.layout_entries, self.cluster_by, found.generated,
+                                  found.features)
             if partitioning:
                 raise UnsupportedTableError(partitioning)
         self.last_profile = found

@@ -22,6 +22,7 @@ from connector.jvm.spark import own_session
 from connector.protocol.messages import StagedFile, WriteStatus
 from connector.schema.algebra import unify
 from connector.schema.columns import OFFSET, PARTITION, TOPIC
+from connector.schema.layout import Transform
 from connector.schema.names import (
     COLUMN_MAPPING_PROPERTIES,
     case_clashes,
@@ -34,7 +35,7 @@ from connector.storage.store import Store
 from connector.table import delta_writer, merge, merge_plan, merge_rules, merge_source
 from connector.table.agreement import exact_ints
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
-from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter, TableExistsError
+from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter, TableExistsError, spark_schema_json
 from connector.table.features import TableProfile, read_profile
 from connector.table.snapshot import TableSnapshot, staged_file_schema
 from connector.table.snapshot import table_schema as table_schema_of
@@ -90,6 +91,8 @@ class WritePaths:
     checkpoints: DeferredCheckpoints
     # raises UnsupportedTableError for a table lakesink cannot write, else its profile (DeltaTableSink.check_supported)
     check_supported: Callable[[object], TableProfile | None]
+    generated: tuple[Transform, ...] = ()  # partition.field.name's time transforms: generated columns of a new table
+    cluster_by: tuple[str, ...] = ()  # table.cluster.by: a new table is clustered by these columns
 
     def append(self, spark, version: int, statuses: tuple[WriteStatus, ...], expect_new_table: bool,
                user_metadata: str) -> tuple[int, int] | None:
@@ -117,6 +120,11 @@ class WritePaths:
             schema = _target_schema(fold_case([fs for _, fs in files], table_schema), table_schema,
                                     self.schema_evolution)
             self._check_names(schema, profile, version)
+            if table_schema is None and (self.generated or self.cluster_by):
+                self._create_with_layout(spark, schema,
+                                         COLUMN_MAPPING_PROPERTIES if needing_column_mapping(schema) else {})
+                dt = self.snapshot.delta()
+                table_schema, profile, expect_new_table = table_schema_of(dt), self.check_supported(dt), False
             self._enable_timestamp_ntz(spark, profile, schema)
             if profile is not None and not profile.fast_path:
                 result = self._append_with_delta_writer(spark, version, files, schema, table_schema, profile,
@@ -287,6 +295,11 @@ class WritePaths:
                               f"that write.mode={self.upsert.mode} needs: check record.key.fields and "
                               f"upsert.order.field, and run every worker at this lakesink version", permanent=True)
         wanted = merge_plan.table_columns(self.upsert, staged)
+        if table_schema is None and (self.generated or self.cluster_by):
+            self._create_with_layout(spark, wanted, {
+                **merge.NEW_TABLE_PROPERTIES, **(COLUMN_MAPPING_PROPERTIES if needing_column_mapping(wanted) else {})})
+            dt = self.snapshot.delta()
+            table_schema, profile, expect_new_table = table_schema_of(dt), self.check_supported(dt), False
         order_in_table = bool(order) and (table_schema is None or table_schema.get_field_index(order[0]) >= 0)
         if not order_in_table and order and self.upsert.order_field is None and not self.schema_evolution:
             # the source position of Debezium events, which a table made before lakesink kept it lacks: it orders
@@ -423,6 +436,26 @@ class WritePaths:
                               f"{self.table_path} cannot hold: it has no column mapping "
                               f"(delta.columnMapping.mode); the txn's records are read again against it and "
                               f"field.name.policy decides what becomes of such fields")
+
+    def _create_with_layout(self, spark, schema: pa.Schema, properties: dict[str, str]) -> None:
+        """Create the table, empty, with its layout (partition.field.name's time transforms as generated columns,
+        or table.cluster.by's clustering), which a DataFrame write cannot declare; the txn's rows then go in as into
+        any existing table, in a commit of their own with the txn action. A table another coordinator created first:
+        FencedError, and recovery runs again."""
+        for t in self.generated:
+            if schema.get_field_index(t.column) < 0:
+                schema = schema.append(pa.field(t.column, t.arrow_type))
+        log.info("creating %s with its layout (%s)", self.table_path,
+                 f"clustered by {','.join(self.cluster_by)}" if self.cluster_by
+                 else f"partitioned by {','.join(self.partition_by)}")
+        try:
+            self._committer(spark).create(
+                self.store.root.spark_path, schema, partition_by=self.partition_by, cluster_by=self.cluster_by,
+                generated={t.column: t.expression for t in self.generated}, properties=properties)
+        except Exception as exc:  # noqa: BLE001 - py4j raises the JVM's errors
+            self._raise_if_created_by_another(exc, True)
+            raise
+        self.snapshot.forget()
 
     def _raise_if_created_by_another(self, exc: Exception, expect_new_table: bool) -> None:
         """The commit that was to create the table lost the race to another writer's: FencedError, so that
