@@ -6,6 +6,7 @@ import threading
 import uuid
 
 from connector.loop import run_until_stopped
+from connector.routing import plan
 from coordinator.service import build_coordinator
 from participant.worker import Worker
 from testkit.waiting import DRAIN_S
@@ -82,6 +83,26 @@ class Sink:
         self.stop.set()
         for t in self._threads:
             t.join(60)
+
+
+class RoutedSink(Sink):
+    """Each table's coordinator and worker (the table's route given to its worker), each stepping in its own
+    thread: the pipelines of one `lakesink run` (a Sink of several tables, connector/routing.py)."""
+
+    def __init__(self, cfg, spark):
+        self.plans = plan(cfg)
+        self.stop = threading.Event()
+        self.errors: dict[str, BaseException] = {}
+        roles = []
+        for p in self.plans:
+            roles.append((f"{p.table} coordinator", build_coordinator(p.cfg, spark_factory=lambda: spark)))
+            roles.append((f"{p.table} worker", Worker(p.cfg, worker_id=f"w-{uuid.uuid4().hex[:6]}", route=p.route)))
+        self._threads = [threading.Thread(target=self._run, args=role, daemon=True) for role in roles]
+
+    def drain(self, ends: dict[tuple[str, int], int], what: str) -> None:
+        """Until every routed table has read the topic up to `ends`."""
+        for p in self.plans:
+            drain(self, p.cfg, ends, f"{what} ({p.table})", DRAIN_S)
 
 
 def drain_records(sink: Sink, cfg, ends: dict[tuple[str, int], int], what: str) -> None:

@@ -8,7 +8,6 @@ the same topic (the broker is the oracle), and the table is read back with delta
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 
 import pytest
@@ -18,12 +17,8 @@ from connector.kafka.deadletter import CLASS_HEADER, MESSAGE_HEADER, OFFSET_HEAD
 from connector.schema.columns import HEADERS, OFFSET, PARTITION, TIMESTAMP_TYPE, header_column
 from testkit import create_topic
 from testkit.kafka import offset_ends, produce_records, read_topic
-from connector.routing import plan
-from coordinator.service import build_coordinator
-from participant.worker import Worker
-from testkit.pipeline import Sink, dead_letter_config, drain, drain_records, inprocess_config
+from testkit.pipeline import RoutedSink, Sink, dead_letter_config, drain_records, inprocess_config
 from testkit.readback import delta_rs_rows, spark_rows
-from testkit.waiting import DRAIN_S
 
 pytestmark = pytest.mark.integration
 
@@ -147,21 +142,6 @@ def test_headers_of_the_winning_change_reach_an_upsert_table(kafka_bootstrap, ad
     assert _dead_lettered(kafka_bootstrap, dlq, len(bad)) == dict.fromkeys(bad, INVALID_HEADER_UTF8)
 
 
-class _Routed(Sink):
-    """The coordinator and worker of each routed table (its route given to its worker), as `lakesink run` runs them,
-    each stepping in its own thread."""
-
-    def __init__(self, cfg, spark):
-        self.plans = plan(cfg)
-        self.stop = threading.Event()
-        self.errors: dict[str, BaseException] = {}
-        roles = []
-        for p in self.plans:
-            roles.append((f"{p.table} coordinator", build_coordinator(p.cfg, spark_factory=lambda: spark)))
-            roles.append((f"{p.table} worker", Worker(p.cfg, worker_id=f"w-{uuid.uuid4().hex[:6]}", route=p.route)))
-        self._threads = [threading.Thread(target=self._run, args=role, daemon=True) for role in roles]
-
-
 def test_routed_tables_take_the_headers_of_their_own_records(kafka_bootstrap, make_topic, tmp_path, spark):
     """route.field splits one topic into two tables, one of which names a header column of its own
     (`table.<table>.connect.meta.header.columns`): each table holds its records' headers as the broker gives them."""
@@ -173,9 +153,8 @@ def test_routed_tables_take_the_headers_of_their_own_records(kafka_bootstrap, ma
                for i in range(30)]
     headers = [_headers(i) if i % 5 != 4 else [("trace_id", b"late"), ("bin", b"\xff")] for i in range(30)]
     ends = offset_ends(produce_records(kafka_bootstrap, topic, records, headers), topic)
-    with _Routed(cfg, spark) as sink:
-        for p in sink.plans:
-            drain(sink, p.cfg, ends, f"the routed records ({p.table})", DRAIN_S)
+    with RoutedSink(cfg, spark) as sink:
+        sink.drain(ends, "the routed records")
         tables = {p.table: p.cfg.table_path for p in sink.plans}
     source = read_topic(kafka_bootstrap, topic, 30)
     for table, named in (("acme", ()), ("globex", ("trace_id",))):

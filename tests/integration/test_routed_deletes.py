@@ -6,7 +6,6 @@ tenant is a record error (dead-lettered), never a delete in `route.field.default
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 
 import pytest
@@ -14,34 +13,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from connector.routing import UNROUTABLE, plan
-from coordinator.service import build_coordinator
-from participant.worker import Worker
+from connector.routing import UNROUTABLE
 from testkit.debezium import avro_envelope
 from testkit.kafka import offset_ends, produce_records, read_topic
-from testkit.pipeline import CLASS, MESSAGE, Sink, drain, inprocess_config
-from testkit.waiting import DRAIN_S
+from testkit.pipeline import CLASS, MESSAGE, RoutedSink, inprocess_config
 
 pytestmark = pytest.mark.integration
-
-
-class Pipelines(Sink):
-    """Each table's coordinator and worker (the table's route given to its worker), each stepping in its own
-    thread: the pipelines of one `lakesink run` (a Sink of several tables)."""
-
-    def __init__(self, cfg, spark):
-        self.plans = plan(cfg)
-        self.stop = threading.Event()
-        self.errors: dict[str, BaseException] = {}
-        roles = []
-        for p in self.plans:
-            roles.append((f"{p.table} coordinator", build_coordinator(p.cfg, spark_factory=lambda: spark)))
-            roles.append((f"{p.table} worker", Worker(p.cfg, worker_id=f"w-{uuid.uuid4().hex[:6]}", route=p.route)))
-        self._threads = [threading.Thread(target=self._run, args=role, daemon=True) for role in roles]
-
-    def drain(self, ends, what: str) -> None:
-        for p in self.plans:  # every routed table reads the topic whole
-            drain(self, p.cfg, ends, f"{what} ({p.table})", DRAIN_S)
 
 
 def _schemas(table: str) -> tuple[dict, dict, dict]:
@@ -97,7 +74,7 @@ def test_routed_deletes_reach_the_table_their_before_image_or_key_names_and_othe
         (0, None, event("t", 41)),  # a truncate: no key, no row
         (0, id_keys({"id": 3}, key_ctx), None),  # a tombstone whose key has no tenant
     ]
-    with Pipelines(cfg, spark) as pipelines:
+    with RoutedSink(cfg, spark) as pipelines:
         assert sorted(p.table for p in pipelines.plans) == ["acme", "globex"]
         acme, globex = sorted(pipelines.plans, key=lambda p: p.table)
         pipelines.drain(offset_ends(produce_records(kafka_bootstrap, topic, creates), topic), "the creates merged")
