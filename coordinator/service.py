@@ -44,7 +44,8 @@ from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
 from connector.storage.store import Store
 from connector.table.features import UnsupportedTableError
-from connector.table.preflight import config_refusal
+from connector.table.delta_log import clustering_columns
+from connector.table.preflight import clustering_refusal, config_refusal
 from connector.table.sink import CommitResult, DeltaTableSink
 from connector.upsert import UpsertSpec
 from connector.table.sweep import sweep
@@ -128,6 +129,9 @@ class CoordinatorService:
         if profile is not None:
             refused = config_refusal(self.cfg, self.sink.arrow_schema(), profile.partition_columns,
                                      profile.generated, profile.features)
+            if refused is None and self.cfg.table_cluster_by and "clustering" in {f.lower() for f in profile.features}:
+                refused = clustering_refusal(self.cfg.table_path, self.cfg.table_cluster_by,
+                                             clustering_columns(self.spark.session(), self.store.root.spark_path))
             if refused:  # what the first commit would refuse for good, refused before the claim writes anything
                 raise UnsupportedTableError(refused)
         if profile is not None and not profile.fast_path:

@@ -335,6 +335,15 @@ def _shape(kind):
     return kind
 
 
+def clustering_columns(spark, table_path: str) -> tuple[str, ...]:
+    """The clustering columns of a clustered table (its `delta.clustering` domain metadata, which delta-rs does not
+    expose), as DESCRIBE DETAIL gives them."""
+    from delta.tables import DeltaTable
+
+    activate(spark)
+    return tuple(DeltaTable.forPath(spark, table_path).detail().collect()[0]["clusteringColumns"] or ())
+
+
 def spark_schema_json(schema: pa.Schema) -> str:
     """The Delta schema string of an Arrow schema, every column nullable (as a Spark append of Parquet files
     makes it, so other writers are not held to NOT NULL constraints lakesink never asked for)."""

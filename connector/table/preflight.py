@@ -51,6 +51,15 @@ def layout_refusal(table_path: str, entries: Sequence[str], cluster_by: Sequence
     return None
 
 
+def clustering_refusal(table_path: str, cluster_by: Sequence[str], columns: Sequence[str]) -> str | None:
+    """table.cluster.by set, and not the clustering columns of the (clustered) table (names compare as Delta's)."""
+    if cluster_by and [c.lower() for c in cluster_by] != [c.lower() for c in columns]:
+        return (f"table.cluster.by={','.join(cluster_by)} but {table_path} is clustered by "
+                f"{','.join(columns) or 'no column'}: set table.cluster.by to the table's clustering columns, or "
+                f"leave it empty to follow the table")
+    return None
+
+
 def refusal(table_path: str, schema: pa.Schema, partition_columns: Sequence[str], *, partition_by: Sequence[str],
             meta: bool, evolution: bool, upsert: UpsertSpec, headers: Sequence[str] = ()) -> str | None:
     """Why the first commit of this configuration into the table (`schema`, `partition_columns`) would fail for

@@ -155,6 +155,7 @@ def test_a_clustered_table_is_created_clustered_and_compacted(kafka_bootstrap, m
      {"partition.field.name": "day(_kafka_timestamp)"}, "is not a generated column"),
     (f"(id BIGINT, {META}) USING delta", {"table.cluster.by": "id"}, "is not a clustered table"),
     (f"(id BIGINT, {META}) USING delta CLUSTER BY (id)", {"partition.field.name": "id"}, "is partitioned by no column"),
+    (f"(id BIGINT, {META}) USING delta CLUSTER BY (id)", {"table.cluster.by": "_kafka_topic"}, "is clustered by id"),
 ])
 def test_a_table_with_another_layout_is_refused_in_one_line(ddl, keys, said, kafka_bootstrap, make_topic, tmp_path,
                                                             spark):
@@ -163,7 +164,9 @@ def test_a_table_with_another_layout_is_refused_in_one_line(ddl, keys, said, kaf
     spark.sql(f"CREATE TABLE delta.`{table}` {ddl}")
     version = deltalake.DeltaTable(str(table)).version()
     cfg = inprocess_config("layout", kafka_bootstrap, make_topic(), table, **keys)
+    coordinator = build_coordinator(cfg, spark_factory=lambda: spark)
     with pytest.raises(UnsupportedTableError) as refused:
-        build_coordinator(cfg, spark_factory=lambda: spark).open()
+        coordinator.open()
+    coordinator.close()
     assert said in str(refused.value) and "\n" not in str(refused.value), refused.value
     assert deltalake.DeltaTable(str(table)).version() == version

@@ -16,7 +16,7 @@ from connector.schema import layout
 from connector.schema.layout import Transform
 from connector.storage.store import Location, Store
 from connector.table.features import profile
-from connector.table.preflight import layout_refusal
+from connector.table.preflight import clustering_refusal, layout_refusal
 from participant.filegroup import FileGroupWriter
 
 MINIMAL = {"name": "orders", "kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.topic.names": "orders",
@@ -127,3 +127,7 @@ def test_a_table_with_another_layout_is_refused_in_one_line():
     assert "is not a clustered table" in layout_refusal("/t", (), ("id",), {}, frozenset({"domainMetadata"}))
     assert layout_refusal("/t", (), ("id",), {}, frozenset({"clustering", "domainMetadata"})) is None
     assert "is a clustered table" in layout_refusal("/t", ("kind",), (), {}, frozenset({"clustering"}))
+    assert clustering_refusal("/t", ("Kind",), ("kind",)) is None
+    assert clustering_refusal("/t", ("kind",), ("region",)) == (
+        "table.cluster.by=kind but /t is clustered by region: set table.cluster.by to the table's clustering columns, "
+        "or leave it empty to follow the table")
