@@ -23,7 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from connector.app.mirror_check import same  # noqa: F401 - the tests compare read-back values with it
+from connector.app.mirror_check import arrow_rows, same  # noqa: F401 - the tests read tables and compare values with them
 from connector.jvm import jars
 
 CONNECT_JSON_BUNDLE = jars.Bundle(
@@ -157,21 +157,3 @@ def delta_value(meaning: Any) -> Any:
 def expected_row(record: ConnectRecord) -> dict[str, Any]:
     """The row a record's values must be in the table (every field of its schema)."""
     return {name: delta_value(meaning) for name, meaning in (record.expect or {}).items()}
-
-
-def arrow_rows(table) -> list[dict[str, Any]]:
-    """The rows of an Arrow table as `delta_value` gives values: maps (Arrow's lists of pairs) as dicts."""
-    import pyarrow as pa
-
-    def plain(value: Any, kind: pa.DataType) -> Any:
-        if value is None:
-            return None
-        if pa.types.is_map(kind):
-            return {plain(k, kind.key_type): plain(v, kind.item_type) for k, v in value}
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            return [plain(v, kind.value_type) for v in value]
-        if pa.types.is_struct(kind):
-            return {f.name: plain(value[f.name], f.type) for f in kind}
-        return value
-
-    return [{f.name: plain(row[f.name], f.type) for f in table.schema} for row in table.to_pylist()]
