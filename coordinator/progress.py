@@ -152,6 +152,7 @@ class ProgressReport:
             self._compaction_seen = done
             self.metrics.compactions.inc(done.partitions > 0)
             self.metrics.compaction_deferred.inc(done.deferred is not None)
+            self.metrics.compaction_cancelled.inc(done.cancelled)
             self.metrics.compaction_files_removed.inc(done.files_removed)
             self.metrics.compaction_files_added.inc(done.files_added)
             self.metrics.compaction_bytes.inc(done.bytes_rewritten)

@@ -385,7 +385,7 @@ class Keys(SourceKeys):
                                         table_scoped=True)] = "snappy"
     compaction_enabled: Annotated[
         bool,
-        Key(BOOL, "The coordinator compacts the table's small files (smaller than half of `file.target.bytes`) with "
+        Key(BOOL, "The coordinator compacts the table's small files (smaller than `compaction.small.file.bytes`) with "
                   "Delta's `OPTIMIZE`, bin-packing them into files of about `file.target.bytes`, in each partition "
                   "that holds `compaction.min.files` of them. It runs between two commits of its own, so never "
                   "beside one of its MERGEs; a conflict with another writer defers it. On by default: a streaming "
@@ -400,11 +400,20 @@ class Keys(SourceKeys):
             "auto compaction starts at 50 too).",
             table_scoped=True),
     ] = 50
+    compaction_small_file_bytes: Annotated[
+        int,
+        Key(POSITIVE, "Files smaller than this (and than half of `file.target.bytes`) are small: compaction rewrites "
+                      "them and `compaction.min.files` counts them. A larger file is left as it is: every engine reads "
+                      "it well, and rewriting files of this size again and again as the table grows costs a core "
+                      "for little gain.",
+            table_scoped=True),
+    ] = 8388608
     compaction_max_duration_ms: Annotated[
         int,
-        Key(POSITIVE, "How long one round of compaction may hold the coordinator's next commit: no partition starts "
-                      "past it, and an `OPTIMIZE` still running then is cancelled (it commits nothing; the next round "
-                      "does it again). Ingestion goes on meanwhile.",
+        Key(POSITIVE, "How long one round of compaction may take: its `OPTIMIZE` commits in batches sized, by the "
+                      "rewrite rate of the rounds before, to finish well within it; no partition starts in its last "
+                      "quarter, and a batch still running at the bound is cancelled (it commits nothing; the batches "
+                      "before it stay; the next round goes on). Ingestion goes on meanwhile.",
             table_scoped=True),
     ] = 60000
     compaction_zorder_by: Annotated[

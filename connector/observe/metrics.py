@@ -85,8 +85,8 @@ class Metrics:
                                       "of them is read or skipped meanwhile).", registry=r)
         self.table_files = Gauge("table_data_files", "Data files of the table's newest version, as its upkeep last "
                                  "looked (after each compaction check).", registry=r)
-        self.table_small_files = Gauge("table_small_files", "Of those, files below half of file.target.bytes.",
-                                       registry=r)
+        self.table_small_files = Gauge("table_small_files", "Of those, files below compaction.small.file.bytes "
+                                       "(and half of file.target.bytes).", registry=r)
         self.table_bytes = Gauge("table_bytes", "Bytes of the table's newest version's data files.", registry=r)
         self.checkpoint_version = Gauge("table_checkpoint_version", "Delta version of the table's last checkpoint.",
                                         registry=r)
@@ -94,6 +94,9 @@ class Metrics:
                                    registry=r)
         self.compaction_deferred = Counter("compaction_deferred", "Rounds of compaction stopped short (a conflict "
                                            "with another writer, compaction.max.duration.ms).", registry=r)
+        self.compaction_cancelled = Counter("compaction_cancelled", "OPTIMIZE batches cancelled at "
+                                            "compaction.max.duration.ms (their work is lost): 0 when the batches are "
+                                            "sized right.", registry=r)
         self.compaction_files_removed = Counter("compaction_files_removed", "Small files compaction replaced.",
                                                 registry=r)
         self.compaction_files_added = Counter("compaction_files_added", "Files compaction wrote.", registry=r)

@@ -5,8 +5,14 @@ Both run on the coordinator's thread, so never beside one of its own commits (a 
 ACK, while the participants consume the next transaction. Delta's conflict rules make a compaction safe beside
 appends (an OPTIMIZE never conflicts with a blind append, in either order), and a conflict with another writer
 (a MERGE, a schema change, a user's own OPTIMIZE) fails the OPTIMIZE alone: it is deferred to the next round,
-never a stopped connector. A round is bounded: no partition starts past `compaction.max.duration.ms`, and an
-OPTIMIZE still running then is cancelled (its files are never committed; VACUUM removes them).
+never a stopped connector.
+
+A round is bounded by `compaction.max.duration.ms`, and sized to finish within it rather than be cancelled: an
+OPTIMIZE commits its bins in batches (Delta's `optimize.batchSize`), each batch as many bytes as the rewrite rate
+measured by the rounds before rewrites in half of the time left; no partition starts in the bound's last quarter;
+a batch still running at the bound is cancelled (its files are never committed, VACUUM removes them; the batches
+before it stay committed) and counted. Files of `compaction.small.file.bytes` or more are never small: a table fed
+fast writes files of megabytes, which compaction would otherwise rewrite again at every round as the table grows.
 """
 from __future__ import annotations
 
@@ -71,12 +77,37 @@ class Compaction:
     duration_s: float = 0.0
     deferred: str | None = None
     """Why the round stopped short: a conflict, a cancelled OPTIMIZE, its time bound."""
+    cancelled: int = 0
+    """OPTIMIZE batches cancelled at the bound (their work lost)."""
     at: float = field(default_factory=time.time)
 
     def describe(self) -> dict[str, Any]:
         return {"partitions": self.partitions, "files_removed": self.files_removed, "files_added": self.files_added,
                 "bytes_rewritten": self.bytes_rewritten, "duration_s": round(self.duration_s, 3),
-                "deferred": self.deferred, "at": round(self.at, 3)}
+                "deferred": self.deferred, "cancelled": self.cancelled, "at": round(self.at, 3)}
+
+
+FIRST_REWRITE_RATE = 16 << 20
+"""Bytes a second an OPTIMIZE is taken to rewrite before one was measured (one core's Parquet read and write of
+small files is of that order); the rounds' own measurements replace it."""
+OPTIMIZE_BATCH = "spark.databricks.delta.optimize.batchSize"
+"""Delta commits an OPTIMIZE's bins in batches of this many bytes, each batch once it is done."""
+START_SHARE = 0.25
+"""No partition starts when less than this share of the round's bound is left."""
+
+
+def batch_bytes(rate: float, remaining_s: float, floor: int) -> int:
+    """An OPTIMIZE batch's bytes: what `rate` (bytes a second) rewrites in half of `remaining_s`, at least `floor`."""
+    return max(int(floor), int(rate * remaining_s / 2))
+
+
+def next_rate(rate: float | None, rewritten: int, seconds: float) -> float | None:
+    """The rewrite rate after an OPTIMIZE that rewrote `rewritten` bytes in `seconds`: the mean of the last
+    measurement and this one, so that one slow or fast round moves it halfway."""
+    if rewritten <= 0 or seconds <= 0:
+        return rate
+    measured = rewritten / seconds
+    return measured if rate is None else (rate + measured) / 2
 
 
 PARALLELISM = ("spark.sql.sources.parallelPartitionDiscovery.parallelism", "spark.sql.shuffle.partitions")
@@ -97,17 +128,19 @@ class UpkeepSettings:
     vacuum_interval_s: float
     own_parallelism: frozenset[str] = frozenset()
     """The PARALLELISM settings the connector's spark.* keys set: those stay the user's."""
+    small_file_bytes: int = 8 << 20
+    """compaction.small.file.bytes: files of this size or more are never small."""
 
     @classmethod
     def from_config(cls, cfg) -> "UpkeepSettings":
         return cls(cfg.compaction_enabled, cfg.compaction_min_files, cfg.compaction_max_duration_ms / 1000,
                    tuple(cfg.compaction_zorder_by), cfg.file_target_bytes, cfg.vacuum_enabled,
                    cfg.vacuum_retention_hours, cfg.vacuum_retention_check_enabled, cfg.vacuum_interval_ms / 1000,
-                   frozenset(key for key in PARALLELISM if key in cfg.spark_conf))
+                   frozenset(key for key in PARALLELISM if key in cfg.spark_conf), cfg.compaction_small_file_bytes)
 
     @property
     def small_bytes(self) -> int:
-        return self.target_bytes // 2
+        return min(self.target_bytes // 2, self.small_file_bytes)
 
 
 class Upkeep:
@@ -134,6 +167,8 @@ class Upkeep:
         self.checkpoint_version: int | None = None
         self._thread: threading.Thread | None = None
         self._group: str | None = None  # the Spark job group of the OPTIMIZE running now
+        self.rewrite_rate: float | None = None
+        """Bytes a second the OPTIMIZEs of this table rewrote (next_rate); None before the first."""
 
     @property
     def busy(self) -> bool:
@@ -208,19 +243,29 @@ class Upkeep:
         began = self._clock.monotonic()
         deadline = began + self.settings.max_duration_s
         done = Compaction()
+        bound = f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached"
         for _, part in due:
-            if self._clock.monotonic() >= deadline:
-                done.deferred = f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached"
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                done.deferred = bound
                 break
+            if remaining < START_SHARE * self.settings.max_duration_s:  # it would be cancelled: the next round
+                done.deferred = f"{bound} but for {remaining:.1f} s, too little to start another partition"
+                break
+            rate = self.rewrite_rate or FIRST_REWRITE_RATE
+            started = self._clock.monotonic()
             try:
-                metrics = self._optimize(spark, part, deadline)
+                metrics = self._optimize(spark, part, deadline, batch_bytes(rate, remaining, self.settings.small_bytes))
             except Exception as exc:  # noqa: BLE001 - a conflict or a cancel: the next round does it again
                 done.deferred = self._cancelled or _one_line(exc)
+                done.cancelled += self._cancelled is not None and self._cancelled.startswith(bound)
                 break
+            rewritten = int((metrics.get("filesRemoved") or {}).get("totalSize") or 0)
+            self.rewrite_rate = next_rate(self.rewrite_rate, rewritten, self._clock.monotonic() - started)
             done.partitions += 1
             done.files_removed += int(metrics.get("numFilesRemoved") or 0)
             done.files_added += int(metrics.get("numFilesAdded") or 0)
-            done.bytes_rewritten += int((metrics.get("filesRemoved") or {}).get("totalSize") or 0)
+            done.bytes_rewritten += rewritten
         done.duration_s = self._clock.monotonic() - began
         self.last_compaction = done
         if done.partitions:
@@ -231,20 +276,26 @@ class Upkeep:
             log.warning("compaction of %s deferred: %s", self._uri, done.deferred)
         self.look(partition_columns)
 
-    def _optimize(self, spark, part: tuple[tuple[str, Any], ...], deadline: float) -> dict[str, Any]:
-        """One partition's OPTIMIZE, cancelled at `deadline`; the operation metrics Delta returns."""
+    def _optimize(self, spark, part: tuple[tuple[str, Any], ...], deadline: float,
+                  batch: int | None = None) -> dict[str, Any]:
+        """One partition's OPTIMIZE, its bins committed in batches of `batch` bytes (one commit when None), the
+        batch running at `deadline` cancelled; the operation metrics Delta returns."""
         where = " AND ".join(_predicate(column, value) for column, value in part)
         sql = f"OPTIMIZE delta.`{self._uri}`" + (f" WHERE {where}" if where else "")
         if self.settings.zorder_by:
             sql += " ZORDER BY (" + ", ".join(_quote(c) for c in self.settings.zorder_by) + ")"
         context = spark.sparkContext
+        if batch is not None:
+            spark.conf.set(OPTIMIZE_BATCH, f"{batch}b")
+        else:
+            spark.conf.unset(OPTIMIZE_BATCH)
         self._cancelled = None  # before the group is known: stop() may cancel it from then on
         group = self._group = f"lakesink-optimize-{uuid.uuid4().hex[:8]}"
         context.setJobGroup(group, f"lakesink compaction of {self._uri}", interruptOnCancel=True)
         def bound() -> None:
             of = f" of partition {', '.join(f'{column}={value}' for column, value in part)}" if part else ""
             self._cancelled = (f"compaction.max.duration.ms={int(self.settings.max_duration_s * 1000)} reached: the "
-                               f"OPTIMIZE{of} was cancelled")
+                               f"OPTIMIZE batch{of} was cancelled")
             cancel_job_group(context, group)
 
         timer = threading.Timer(max(0.0, deadline - self._clock.monotonic()), bound)

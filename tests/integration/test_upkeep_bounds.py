@@ -34,12 +34,13 @@ def _table(spark, path, files: int) -> None:
      .write.format("delta").partitionBy("region").save(str(path)))
 
 
-def _upkeep(spark, path, bound_ms: int, clock=None) -> Upkeep:
+def _upkeep(spark, path, bound_ms: int, clock=None, **extra) -> Upkeep:
     """The upkeep the coordinator builds for the table, due for compaction (as after compaction.min.files files)."""
     cfg = config_from_dict({
         "name": "bounds", "kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.topic.names": "t",
         "target.base.path": str(path.parent), "target.table.name": path.name,
-        "compaction.min.files": str(MIN_FILES), "compaction.max.duration.ms": str(bound_ms)}, env={})
+        "compaction.min.files": str(MIN_FILES), "compaction.max.duration.ms": str(bound_ms),
+        **{key: str(value) for key, value in extra.items()}}, env={})
 
     def read(relative: str) -> bytes | None:
         return (path / relative).read_bytes() if (path / relative).exists() else None
@@ -88,7 +89,8 @@ def test_an_optimize_outliving_the_bound_is_cancelled_and_the_next_round_compact
     cancelled = _upkeep(spark, path, bound_ms=1, clock=FakeClock())
     with caplog.at_level(logging.WARNING, logger="connector.table.upkeep"):
         cancelled.run(COLUMNS)
-    _assert_cancelled(cancelled, "compaction.max.duration.ms=1 reached: the OPTIMIZE of partition region=")
+    _assert_cancelled(cancelled, "compaction.max.duration.ms=1 reached: the OPTIMIZE batch of partition region=")
+    assert cancelled.last_compaction.cancelled == 1
     assert cancelled.last_compaction.deferred.endswith(" was cancelled")
     assert f"compaction of {path} deferred: compaction.max.duration.ms=1 reached" in caplog.text
     after = _state(spark, path)
@@ -118,10 +120,10 @@ def test_a_round_stops_between_partitions_when_its_bound_is_reached(spark, tmp_p
     upkeep = _upkeep(spark, path, bound_ms=60_000, clock=clock)
     optimize, compacted = upkeep._optimize, []
 
-    def lasting_the_whole_bound(session, part, deadline):
+    def lasting_the_whole_bound(session, part, deadline, batch):
         """The partition's real OPTIMIZE (its cancel is armed 60 s out: it finishes); the round's clock then
         stands at the bound, as if it had taken all of it."""
-        metrics = optimize(session, part, deadline)
+        metrics = optimize(session, part, deadline, batch)
         compacted.append(dict(part)["region"])
         clock.advance(deadline - clock.monotonic())
         return metrics
@@ -149,6 +151,27 @@ def test_a_round_stops_between_partitions_when_its_bound_is_reached(spark, tmp_p
     assert _state(spark, path).operations == ("OPTIMIZE", "OPTIMIZE", *before.operations)
     assert upkeep.stats.small_by_partition == {(("region", region),): 1 for region in REGIONS}
     assert _state(spark, path).rows == before.rows
+
+
+def test_an_optimize_commits_its_bins_in_batches_sized_by_the_measured_rewrite_rate(spark, tmp_path):
+    """Files of ~1 KB, bins of up to 8 KB (file.target.bytes): with a rewrite rate that makes a batch the least (the
+    small-file size, 4 KB), Delta commits each partition's OPTIMIZE in several batches, one commit each; the rows
+    stay, and the rate the round measured replaces the first guess."""
+    path = tmp_path / "events"
+    _table(spark, path, files=24)
+    before = _state(spark, path)
+    upkeep = _upkeep(spark, path, bound_ms=60_000, **{"file.target.bytes": 8192})
+    assert upkeep.settings.small_bytes == 4096
+    upkeep.rewrite_rate = 1.0  # bytes a second: every batch is the least one
+    upkeep.run(COLUMNS)
+    done = upkeep.last_compaction
+    assert (done.partitions, done.files_removed, done.deferred, done.cancelled) == (2, 48, None, 0), done
+    after = _state(spark, path)
+    optimizes = sum(1 for operation in after.operations if operation == "OPTIMIZE")
+    assert optimizes > 2 and after.operations[-1] == "WRITE", after.operations
+    assert len(after.files) == done.files_added < 48
+    assert after.rows == before.rows
+    assert upkeep.rewrite_rate > 1.0, "the measured rate"
 
 
 def test_stop_cancels_the_optimize_running_in_the_background(spark, tmp_path):

@@ -13,7 +13,7 @@ from connector.errors import ConfigError
 from connector.protocol.messages import StagedFile, WriteStatus
 from connector.table.features import read_profile
 from connector.table.sink import DeltaTableSink
-from connector.table.upkeep import Upkeep, UpkeepSettings, _predicate, file_stats
+from connector.table.upkeep import Upkeep, UpkeepSettings, _predicate, batch_bytes, file_stats, next_rate
 
 BASE = {"name": "c", "kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.topic.names": "t",
         "target.base.path": "/tmp/tables", "target.table.name": "events"}
@@ -33,6 +33,22 @@ def test_file_stats_count_the_small_files_of_each_partition(tmp_path):
     assert (stats.files, stats.small_files) == (4, 4) and stats.bytes > 0
     assert stats.small_by_partition == {(("region", "eu"),): 3, (("region", "us's"),): 1}
     assert file_stats(DeltaTable(str(tmp_path / "t")), ("region",), small_bytes=1).small_by_partition == {}
+
+
+def test_small_files_are_below_half_the_target_and_never_above_compaction_small_file_bytes():
+    assert UpkeepSettings.from_config(config_from_dict(BASE, env={})).small_bytes == 8 << 20
+    small_target = {**BASE, "file.target.bytes": "1000000"}
+    assert UpkeepSettings.from_config(config_from_dict(small_target, env={})).small_bytes == 500_000
+    own = {**BASE, "compaction.small.file.bytes": "33554432"}
+    assert UpkeepSettings.from_config(config_from_dict(own, env={})).small_bytes == 32 << 20
+
+
+def test_a_batch_is_what_the_rate_rewrites_in_half_the_time_left_and_the_rate_moves_halfway():
+    assert batch_bytes(10_000_000, 60, floor=1) == 300_000_000
+    assert batch_bytes(1.0, 60, floor=4096) == 4096
+    assert next_rate(None, 100, 2.0) == 50.0
+    assert next_rate(50.0, 300, 2.0) == 100.0
+    assert next_rate(50.0, 0, 2.0) == 50.0 and next_rate(None, 100, 0.0) is None
 
 
 def test_the_optimize_predicate_quotes_names_and_values():
