@@ -6,13 +6,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from connector.errors import LakesinkError
 from connector.observe import logs
 from connector.observe.metrics import Metrics
 
+if TYPE_CHECKING:
+    from connector.config import LakesinkConfig
+
 log = logging.getLogger(__name__)
+
+
+def stall_s(cfg: LakesinkConfig) -> float:
+    """How long a loop may go without a round before `/health` calls it stalled: a transaction and the wait for its
+    write statuses, of `cfg`'s own table (a table of a connector of several has its own transaction.interval.ms)."""
+    return (cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms) / 1000
 
 
 class Roles:

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from connector import secrets
-from connector.app.roles import Roles
+from connector.app.roles import Roles, stall_s
 from connector.config import LakesinkConfig
 from connector.errors import LakesinkError
 from connector.observe.metrics import Metrics, MetricsServer
@@ -52,8 +52,8 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
     if cfg.many_tables:
         return _run_tables(cfg, coordinator, worker, timeout_s)
     metrics = metrics or Metrics()
-    roles = Roles(metrics, stall_s=(cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms) / 1000,
-                  connector=cfg.name, dead_letter_txns=cfg.health_deadletter_transactions if coordinator else 0)
+    roles = Roles(metrics, stall_s=stall_s(cfg), connector=cfg.name,
+                  dead_letter_txns=cfg.health_deadletter_transactions if coordinator else 0)
     install_signal_handlers(roles.stop, roles.drain if coordinator else None)
     _starting(cfg, coordinator, worker, "")
     if coordinator:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from confluent_kafka.admin import AdminClient
 
-from connector.app.roles import Roles, wait_in_slices
+from connector.app.roles import Roles, stall_s, wait_in_slices
 from connector.config import LakesinkConfig
 from connector.kafka.clients import KafkaClients
 from connector.observe.metrics import Metrics, TableMetrics
@@ -63,8 +63,7 @@ class TablePipeline:
 
     def start(self, drain: threading.Event) -> None:
         cfg = self.plan.cfg
-        roles = Roles(self.metrics, stall_s=(cfg.transaction_interval_ms + cfg.coordinator_writestatus_timeout_ms)
-                      / 1000, connector=cfg.name, table=self.table,
+        roles = Roles(self.metrics, stall_s=stall_s(cfg), connector=cfg.name, table=self.table,
                       dead_letter_txns=cfg.health_deadletter_transactions if self._coordinator else 0)
         if self._coordinator:
             from coordinator.service import build_coordinator

@@ -232,18 +232,19 @@ class SourceKeys(BaseModel):
         int, Key(POSITIVE, "How long a transaction collects records before the coordinator commits it. A "
                            "transaction that reads a backlog (a partition with more records waiting at its start "
                            "than one interval brings) ends as soon as every partition has read what it held then, "
-                           "and is committed without waiting for the interval.")
+                           "and is committed without waiting for the interval.", table_scoped=True)
     ] = 60000
     commit_max_records: Annotated[
         int,
         Key(NON_NEGATIVE, "End a transaction before `transaction.interval.ms` once the workers hold this many records "
-                          "for it (summed over all partitions, as they report it); 0: no limit by records."),
+                          "for it (summed over all partitions, as they report it); 0: no limit by records.",
+            table_scoped=True),
     ] = 0
     commit_max_bytes: Annotated[
         int,
         Key(NON_NEGATIVE, "End a transaction before `transaction.interval.ms` once the workers hold this many bytes "
                           "for it (Arrow bytes still in memory plus Parquet bytes written, over all partitions); 0: no "
-                          "limit by bytes."),
+                          "limit by bytes.", table_scoped=True),
     ] = 1073741824
     coordinator_writestatus_timeout_ms: Annotated[
         int,

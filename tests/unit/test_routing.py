@@ -6,9 +6,12 @@ import json
 
 import pytest
 
+from connector.app.roles import stall_s
 from connector.config import config_from_dict
 from connector.errors import ConfigError
 from connector.routing import UNROUTABLE, Route, plan, table_of_topic
+from coordinator.progress import ProgressSettings
+from participant.backlog import BacklogSettings
 from participant.route import RecordRouter
 
 BASE = {"name": "shop", "kafka.bootstrap.servers": "127.0.0.1:9092", "target.base.path": "/tmp/tables"}
@@ -55,6 +58,44 @@ def test_each_table_gets_its_own_name_group_and_overrides():
     assert tables["misc"].write_mode == "append" and tables["misc"].table_path == "/tmp/tables/misc"
     single = config_from_dict({**BASE, "kafka.topic.names": "misc", "target.table.name": "events"}, env={})
     assert [(p.table, p.cfg) for p in plan(single)] == [("events", single)]
+
+
+def test_each_table_keeps_its_own_transaction_interval_and_size_limits():
+    """table.<table>.transaction.interval.ms (and commit.max.records / commit.max.bytes) set one table's cadence: its
+    coordinator's interval, its workers' backlog weighing and its /health stall bound follow it; the other tables
+    keep the connector's."""
+    cfg = config_from_dict({**BASE, "kafka.topic.names": "fast,slow,misc", "target.table.name": "${topic}",
+                            "transaction.interval.ms": "5000", "commit.max.records": "1000",
+                            "table.fast.transaction.interval.ms": "1000", "table.slow.transaction.interval.ms": "20000",
+                            "table.slow.commit.max.records": "0", "table.slow.commit.max.bytes": "4096"}, env={})
+    tables = {p.table: p.cfg for p in plan(cfg)}
+    own = {table: (c.transaction_interval_ms, c.commit_max_records, c.commit_max_bytes) for table, c in tables.items()}
+    default_bytes = cfg.commit_max_bytes
+    assert own == {"fast": (1000, 1000, default_bytes), "slow": (20000, 0, 4096), "misc": (5000, 1000, default_bytes)}
+    for table, c in tables.items():
+        interval_ms = own[table][0]
+        assert ProgressSettings.from_config(c).interval_s == interval_ms / 1000
+        assert BacklogSettings.from_config(c) == BacklogSettings(c.name, *own[table][1:], interval_ms)
+        assert stall_s(c) == (interval_ms + c.coordinator_writestatus_timeout_ms) / 1000
+    assert cfg.warnings() == []
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ({"table.slow.transaction.interval.ms": "0"}, "table.slow.transaction.interval.ms: expected a positive"),
+    ({"table.slow.commit.max.records": "-1"}, "table.slow.commit.max.records: expected a non-negative"),
+    ({"table.slow.transaction.intervall.ms": "1"}, "unknown key 'table.slow.transaction.intervall.ms'"),
+])
+def test_a_bad_table_interval_is_one_clear_problem(extra, problem):
+    with pytest.raises(ConfigError) as error:
+        config_from_dict({**BASE, "kafka.topic.names": "slow", "target.table.name": "${topic}", **extra}, env={})
+    assert len(error.value.problems) == 1 and error.value.problems[0].startswith(problem), error.value.problems
+
+
+def test_a_table_interval_of_a_single_table_connector_is_said_to_have_no_effect():
+    cfg = config_from_dict({**BASE, "kafka.topic.names": "slow", "target.table.name": "events",
+                            "table.events.transaction.interval.ms": "20000"}, env={})
+    assert cfg.transaction_interval_ms == 60000
+    assert [w for w in cfg.warnings() if "table.events.transaction.interval.ms has no effect" in w], cfg.warnings()
 
 
 def test_an_explicit_group_id_gets_the_table_as_a_suffix():
