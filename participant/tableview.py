@@ -65,6 +65,7 @@ class TableView:
         converter.set_key_type(key)
         converter.set_type_widening(widening)
         converter.set_name_policy(self.cfg.field_name_policy, maps_names)
+        converter.set_generated(self.generated)
 
     def refresh(self, table_version: int | None = None) -> None:
         if table_version is not None and table_version == self.schema_version:
@@ -82,6 +83,7 @@ class TableView:
         for converter in self.converters.values():
             converter.set_type_widening(self._table_view[2])
             converter.set_name_policy(self.cfg.field_name_policy, self._table_view[3])
+            converter.set_generated(self.generated)
         self.schema_version = dt.version() if table_version is None else table_version
 
     def set_table_schema(self, schema) -> None:

@@ -153,6 +153,11 @@ def _layout_problems(values: Mapping[str, Any]) -> list[str]:
         transforms = layout.transforms(partition)
     except ValueError as exc:
         return [f"partition.field.name: {exc}"]
+    columns = layout.partition_columns(partition)
+    twice = sorted({c for c in columns if [d.casefold() for d in columns].count(c.casefold()) > 1})
+    if twice:
+        problems.append(f"partition.field.name={','.join(partition)} names the column(s) {', '.join(twice)} twice (a "
+                        f"time transform's column is named <column>_<transform>); name each partition column once")
     if partition and cluster:
         problems.append("partition.field.name and table.cluster.by: set one of them (a table is partitioned or "
                         "clustered, not both)")

@@ -31,6 +31,12 @@ MALFORMED_PAYLOAD = "MalformedPayload"
 """A payload its own writer schema cannot read (truncated, or written with another schema)."""
 INCOMPATIBLE_SCHEMA = "IncompatibleSchema"
 """A writer schema whose column types the table cannot take (a narrowing, a changed type)."""
+GENERATED_FIELD = "GeneratedField"
+"""A field named like a column a time transform of partition.field.name generates (`ts_day` beside `day(ts)`): its
+value would be replaced by the computed one."""
+NOT_A_TIMESTAMP = "NotATimestamp"
+"""A value of a time transform's source field (`ts` of `day(ts)`) whose column is not a timestamp: no day, hour,
+month or year can be computed from it."""
 
 
 class Problem(Exception):

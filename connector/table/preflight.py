@@ -51,6 +51,21 @@ def layout_refusal(table_path: str, entries: Sequence[str], cluster_by: Sequence
     return None
 
 
+def transform_source_refusal(table_path: str, entries: Sequence[str], schema: pa.Schema,
+                             generated: Mapping[str, str]) -> str | None:
+    """A time transform the participants would compute (partition.field.name's `entries`, and the table's own
+    generated columns they recognise) over a column of the table that is not a timestamp: no value of it could be
+    computed, so no record could be written."""
+    by_name = {f.name.casefold(): f for f in schema}
+    for t in (*layout.transforms(tuple(entries)), *layout.recognised(dict(generated))):
+        found = by_name.get(t.source.casefold())
+        if found is not None and not pa.types.is_timestamp(found.type):
+            return (f"{t.kind}({t.source}) needs a timestamp column, and {found.name} of {table_path} is "
+                    f"{found.type}: {t.column} is computed from a timestamp only; set partition.field.name to a "
+                    f"timestamp column, or write a new table")
+    return None
+
+
 def clustering_refusal(table_path: str, cluster_by: Sequence[str], columns: Sequence[str]) -> str | None:
     """table.cluster.by set, and not the clustering columns of the (clustered) table (names compare as Delta's)."""
     if cluster_by and [c.lower() for c in cluster_by] != [c.lower() for c in columns]:
@@ -104,6 +119,9 @@ def config_refusal(cfg: LakesinkConfig, schema: pa.Schema, partition_columns: Se
         found = layout_refusal(cfg.table_path, cfg.partition_field_name, cfg.table_cluster_by, generated, features)
         if found and not partitioning_refusal(cfg.table_path, layout.partition_columns(cfg.partition_field_name),
                                               partition_columns):
+            return found
+        found = transform_source_refusal(cfg.table_path, cfg.partition_field_name, schema, generated)
+        if found:
             return found
     return refusal(cfg.table_path, schema, partition_columns,
                    partition_by=layout.partition_columns(cfg.partition_field_name),

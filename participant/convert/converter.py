@@ -16,9 +16,16 @@ import pyarrow.compute as pc
 from connector.errors import ConfigError, LakesinkError
 from connector.formats.json_types import NO_COLUMNS
 from connector.formats.plain_json import JsonRows, true_indices
-from connector.formats.problems import INVALID_HEADER_UTF8, NULL_VALUE, RECORD_TOO_LARGE
+from connector.formats.problems import (
+    GENERATED_FIELD,
+    INVALID_HEADER_UTF8,
+    NOT_A_TIMESTAMP,
+    NULL_VALUE,
+    RECORD_TOO_LARGE,
+)
 from connector.formats.registry import FORMATS, RegistryReader
 from connector.schema.columns import HEADER_FIELDS, header_column
+from connector.schema.layout import Transform
 from connector.schema.names import PLAIN_REFUSED
 from connector.upsert import UpsertSpec
 from participant.convert.changes import Changes
@@ -94,6 +101,7 @@ class Converter:
         self._changes = Changes(self._scope, upsert, self._keys, self._fit, PlainJson(self._rows))
         self._read = self._reader()
         """The value reader, chosen once: every batch is read by it."""
+        self._generated: tuple[Transform, ...] = ()
 
     def _reader(self) -> Reader:
         """The value reader of this converter's settings (participant/convert/values.py; changes.py for keyed
@@ -137,6 +145,12 @@ class Converter:
                 "on the table")
         else:
             self._rows.names, self._rows.refusal = "keep", ""
+
+    def set_generated(self, generated: tuple[Transform, ...]) -> None:
+        """The time transforms whose columns the participants compute (participant/tableview.py): a record with a
+        field of such a column's name (its value would be replaced), or with a value of the source field whose
+        column is not a timestamp (nothing to compute from), is a record error."""
+        self._generated = generated
 
     def set_type_widening(self, allowed: bool) -> None:
         """Whether the table lets a column's type widen to a record's wider type (schema evolution on, and the
@@ -262,6 +276,8 @@ class Converter:
                 kept = [i for i in order if i < cut]
                 data = data.take(pa.array(rows, pa.int64())) if rows else None
             n = cut
+        if data is not None and self._generated:
+            data, kept = self._held_to_layout(data, kept, rejected)
         if data is not None and data.num_columns == 0 and not self.connect_meta_data \
                 and not self.upsert.stages_coordinates:
             for i in range(n) if kept is None else kept:
@@ -298,3 +314,40 @@ class Converter:
                 rejected.setdefault(i, (INVALID_HEADER_UTF8, why))
             more.append((pa.field(column, pa.string()), texts))
         return more
+
+    def _held_to_layout(self, data: pa.Table, kept: list[int] | None, rejected: dict[int, tuple[str, str]]
+                        ) -> tuple[pa.Table | None, list[int] | None]:
+        """`data` without the rows the time transforms cannot take (they join `rejected`): a value in a column
+        named like a generated one (Delta's names ignore case), a value of a source column that is not a
+        timestamp. Such a source column leaves the batch, and the inferred schema, once its values are gone: the
+        table is never made with it, and a later record's timestamp in it is read as one."""
+        names = {name.casefold(): name for name in data.column_names}
+        failed: dict[int, tuple[str, str]] = {}
+        dropped = []
+        for t in self._generated:
+            clash = names.get(t.column.casefold())
+            if clash is not None:
+                why = (f"field '{clash}' is the column that partition.field.name's {t.kind}({t.source}) computes "
+                       f"from {t.source}, which would replace its value; rename the field")
+                for row in true_indices(data.column(clash).combine_chunks().is_valid()):
+                    failed.setdefault(row, (GENERATED_FIELD, why))
+            index = data.schema.get_field_index(t.source)
+            if index >= 0 and not pa.types.is_timestamp(data.schema.field(index).type):
+                kind = data.schema.field(index).type
+                why = (f"field '{t.source}' is {kind}, and partition.field.name's {t.kind}({t.source}) needs a "
+                       f"timestamp; send an ISO-8601 instant or a timestamp type")
+                for row in true_indices(data.column(index).combine_chunks().is_valid()):
+                    failed.setdefault(row, (NOT_A_TIMESTAMP, why))
+                dropped.append(t.source)
+        order = list(range(data.num_rows)) if kept is None else kept
+        for row, error in failed.items():
+            rejected[order[row]] = error
+        rows = [row for row in range(data.num_rows) if row not in failed]
+        if failed:
+            data, kept = data.take(pa.array(rows, pa.int64())), [order[row] for row in rows]
+        if dropped:
+            data = data.drop_columns(sorted(set(dropped)))
+            held = self._rows.schema
+            if held is not None and not self._rows.from_table:
+                self._rows.schema = pa.schema([f for f in held if f.name not in dropped], metadata=held.metadata)
+        return (data if rows else None), kept
