@@ -30,6 +30,9 @@ STEPS = (
 )
 KEYED_STEPS = ("coordinator.during-merge",)
 """Steps reached only in write.mode=upsert|dedup."""
+DEAD_LETTER_STEPS = ("coordinator.after-deadletter-commit",)
+"""Steps reached only with errors.deadletterqueue.table.name and record errors in the txn: between the dead-letter
+table's commit and the data commit."""
 _seen: Counter[str] = Counter()
 
 

@@ -42,7 +42,8 @@ from connector.retry import Retries
 from connector.schema import layout
 from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
-from connector.storage.store import Store
+from connector.storage.store import Location, Store
+from connector.table.dead_letter_table import DeadLetterTable
 from connector.table.features import UnsupportedTableError
 from connector.table.delta_log import clustering_columns
 from connector.table.preflight import clustering_refusal, config_refusal
@@ -505,12 +506,16 @@ def build_coordinator(cfg: LakesinkConfig, clock: Clock | None = None, spark_fac
     store = Store.for_config(cfg)
     kafka = KafkaClients.of(cfg)
     spark = SparkWarmUp(spark_factory or (lambda: build_spark(cfg, cfg.write_mode != "append")))
-    dead_letters = ConstraintDeadLetters(cfg, kafka, metrics)
+    dead_letter_table = DeadLetterTable(Store(Location.parse(cfg.dead_letter_table_path), store.s3),
+                                        cfg.errors_deadletterqueue_table_name) \
+        if cfg.errors_tolerance == "all" and cfg.dead_letter_table_path is not None else None
+    dead_letters = ConstraintDeadLetters(cfg, kafka, metrics, dead_letter_table)
     if sink is None:
         sink = DeltaTableSink(cfg.table_path, cfg.name, layout.partition_columns(cfg.partition_field_name),
                               cfg.schema_evolution, spark_factory=spark.session, errors_tolerance=cfg.errors_tolerance,
                               dead_letter=dead_letters.send, store=store, upsert=UpsertSpec.from_config(cfg),
-                              layout_entries=tuple(cfg.partition_field_name), cluster_by=tuple(cfg.table_cluster_by))
+                              layout_entries=tuple(cfg.partition_field_name), cluster_by=tuple(cfg.table_cluster_by),
+                              dead_letter_table=dead_letter_table)
     return CoordinatorService(cfg, store, sink, kafka, spark, dead_letters, clock or SystemClock(), metrics, channel)
 
 

@@ -28,6 +28,8 @@ class PartitionRunner:
     # failures of this txn, produced to the dead-letter topic at END-COMMIT, so that a txn discarded before
     # its WRITE-STATUS (timeout, rebalance, restart) does not dead-letter its records a second time
     pending_failures: list = field(default_factory=list)
+    # failures of this txn for the dead-letter table, written as one file at END-COMMIT (DeadLetters.stage)
+    table_failures: list = field(default_factory=list)
     # the staged file group (files, rows, bytes) whose WRITE-STATUS waits for the broker to confirm its dead
     # letters, and when to produce the unconfirmed ones again
     staged: tuple | None = None
@@ -45,6 +47,7 @@ class PartitionRunner:
         """A txn ends for this partition (reported, discarded or a new one begins): its failure counts start over."""
         self.failed = self.dead_lettered = 0
         self.pending_failures = []
+        self.table_failures = []
         self.staged = self.retry_at = None
 
     @property

@@ -192,6 +192,7 @@ class ParticipantState:
         schemas: tuple[str, ...] = (),
         files_ref: str | None = None,
         key_fields: tuple[str, ...] = (),
+        dead_letter_file: str | None = None,
     ) -> list[Effect]:
         if self._phase is not Phase.FLUSHING or self._epoch is None or self._txn is None:
             raise ProtocolError(f"{self._describe()}: on_flushed while {self._phase.value}; only answer a Flush")
@@ -213,6 +214,7 @@ class ParticipantState:
             schemas=schemas,
             files_ref=files_ref,
             key_fields=key_fields,
+            dead_letter_file=dead_letter_file,
             sent_at=self._clock.wall(),
         )
         self._last_status = status

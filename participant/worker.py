@@ -138,7 +138,7 @@ class Worker:
             self._router = RecordRouter(self._route, cfg.value_converter, cfg.value_converter_schemas_enable,
                                         cfg.value_envelope == "debezium", self.table_view.registry("value"),
                                         self.table_view.registry("key"))
-        if cfg.errors_tolerance == "all":
+        if cfg.errors_tolerance == "all" and cfg.errors_deadletterqueue_topic_name is not None:
             self._dlq = DeadLetterProducer(kafka, cfg.errors_deadletterqueue_topic_name)
         self.table_view.refresh()
         return self
@@ -300,12 +300,14 @@ class Worker:
             return
         files, rows, nbytes, schemas = runner.staged
         runner.staged = runner.retry_at = None
+        tag = txn_tag(runner.state.epoch or 0, runner.state.txn or 0)
+        dead_letter_file = self.dead_letters.stage(runner, self._store, self.worker_id, tag)
         files, schemas, files_ref = status_files(self._store, self.cfg.name, files, schemas, runner.key, self.worker_id,
-                                                 txn_tag(runner.state.epoch or 0, runner.state.txn or 0))
+                                                 tag)
         # the key columns of the group's rows (held by the converter since the first keyed record)
         key_fields = self.table_view.converter(runner.key).key_fields if rows else ()
         effects = runner.state.on_flushed(files, rows, nbytes, runner.failed, runner.dead_lettered, schemas,
-                                          files_ref, key_fields)
+                                          files_ref, key_fields, dead_letter_file)
         self._apply(runner, effects)
 
     def _retry_reports(self) -> None:

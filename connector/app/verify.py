@@ -10,8 +10,10 @@ reports per partition:
   reasons (dead-lettered records, transaction markers, aborted or compacted records), so each one is checked
   against the partition in Kafka (read_committed) when the broker answers: an offset Kafka no longer holds is
   `expired`, one Kafka does not deliver is `not-in-kafka`, one found in the dead-letter topic (by its
-  `__connect.errors.*` headers) is `dead-lettered`, and a record Kafka delivers that is in neither place is a
-  real **gap**. Without the broker, missing offsets stay `unchecked`.
+  `__connect.errors.*` headers) or in the dead-letter table (errors.deadletterqueue.table.name: its rows of this
+  connector) is `dead-lettered`, and a record Kafka delivers that is in neither place is a real **gap**. Without
+  the broker, missing offsets stay `unchecked`. An offset the dead-letter table holds twice is a **duplicated dead
+  letter**, which fails the audit as a duplicated row does.
 
 A table that `route.field` fills (participant/route.py) reads its routed topics whole but keeps only the records
 whose field names it: a missing offset whose record Kafka delivers and the table's `RecordRouter` leaves to another
@@ -52,7 +54,14 @@ from connector import secrets
 from connector.app.plans import table_plans
 from connector.app.verify_analysis import KeyReport, PartitionReport, analyse, analyse_keys
 from connector.app.verify_kafka import KafkaCheck, classify_missing
-from connector.app.verify_table import VerifyError, key_columns, read_committed, read_coordinates
+from connector.app.verify_table import (
+    DeadLetterRows,
+    VerifyError,
+    key_columns,
+    read_committed,
+    read_coordinates,
+    read_dead_letters,
+)
 from connector.config import LakesinkConfig
 from connector.formats import registry_format
 from connector.formats.registry import RegistryReader
@@ -60,7 +69,7 @@ from connector.formats.wire import RegistryUnavailable
 from connector.routing import Route
 from connector.schema.columns import COORDINATES
 from connector.errors import LakesinkError, SetupError
-from connector.storage.store import Store
+from connector.storage.store import Location, Store
 from connector.upsert import UpsertSpec
 from participant.route import RecordRouter
 
@@ -84,6 +93,8 @@ class Report:
     """Set for a keyed table (write.mode=upsert|dedup)."""
     route: Route | None = None
     """Set for a table that `route.field` fills."""
+    dead_letters: DeadLetterRows | None = None
+    """Set with errors.deadletterqueue.table.name once that table exists: this connector's rows in it."""
 
     def totals(self) -> dict[str, int]:
         names = ("rows", "duplicated", "missing", "uncommitted", "gaps", "dead_lettered", "not_in_kafka", "expired",
@@ -93,6 +104,9 @@ class Report:
         if self.keys is not None:
             out.update(duplicated_keys=self.keys.duplicated_keys, duplicated_key_rows=self.keys.duplicated_key_rows,
                        null_keys=self.keys.null_keys)
+        if self.dead_letters is not None:
+            out.update(dead_letter_rows=self.dead_letters.rows,
+                       dead_letter_duplicated=self.dead_letters.duplicated)
         return out
 
     @property
@@ -100,7 +114,7 @@ class Report:
         t = self.totals()
         keys_ok = self.keys is None or (self.keys.duplicated_keys == 0 and self.keys.null_keys == 0)
         return (t["duplicated"] == 0 and t["uncommitted"] == 0 and t["gaps"] == 0 and keys_ok
-                and (t["unchecked"] == 0 or self.accept_unchecked))
+                and t.get("dead_letter_duplicated", 0) == 0 and (t["unchecked"] == 0 or self.accept_unchecked))
 
     def summary(self) -> str:
         t = self.totals()
@@ -111,8 +125,10 @@ class Report:
                     f"superseded={t['superseded']} duplicated_keys={t['duplicated_keys']} null_keys={t['null_keys']} "
                     f"{result}")
         elsewhere = f"elsewhere={t['elsewhere']} " if self.route is not None else ""
+        letters = (f"dead_lettered={t['dead_lettered']} dead_letter_rows={t['dead_letter_rows']} "
+                   f"dead_letter_duplicated={t['dead_letter_duplicated']} " if self.dead_letters is not None else "")
         return (f"verify: partitions={t['partitions']} rows={t['rows']} duplicated={t['duplicated']} "
-                f"missing={t['missing']} {elsewhere}uncommitted={t['uncommitted']} gaps={t['gaps']} "
+                f"missing={t['missing']} {elsewhere}uncommitted={t['uncommitted']} {letters}gaps={t['gaps']} "
                 f"unchecked={t['unchecked']} {result}")
 
     def to_json(self) -> dict:
@@ -162,6 +178,9 @@ class Report:
             shown = "; ".join(", ".join(f"{k}={v!r}" for k, v in s["key"].items()) + f" ({s['rows']} rows)"
                               for s in self.keys.duplicated_key_samples)
             lines.append(f"  {self.keys.duplicated_keys} key(s) held by more than one row, e.g. {shown}")
+        if self.dead_letters is not None and self.dead_letters.duplicated:
+            lines.append(f"  {self.dead_letters.duplicated} dead-letter row(s) repeat an offset, e.g. "
+                         f"{self.dead_letters.duplicate_samples}")
         if self.keys is not None and self.keys.null_keys:
             lines.append(f"  {self.keys.null_keys} row(s) with a null key column")
         lines += [f"  note: {n}" for n in self.notes]
@@ -194,6 +213,8 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
     notes: list[str] = []
     if state.txn_version is None:
         notes.append(f"the table has no lakesink commit of connector {cfg.name!r}: every row counts as uncommitted")
+    letters = read_dead_letters(cfg.name, Store(Location.parse(cfg.dead_letter_table_path), store.s3)) \
+        if cfg.dead_letter_table_path is not None else None
     kafka_status = "skipped (--no-kafka)"
     marks: dict[tuple[str, int], tuple[int, int]] = {}
     kafka: KafkaCheck | None = None
@@ -222,7 +243,8 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
         elif kafka is not None:
             router = _router(cfg, route) if route is not None else None
             try:
-                notes += classify_missing(reports, kafka, cfg, marks, router)
+                notes += classify_missing(reports, kafka, cfg, marks, router,
+                                          letters.offsets if letters is not None else None)
             except RegistryUnavailable as exc:
                 raise VerifyError(f"the schema registry did not answer, so the {route.field!r} field of the routed "
                                   f"records cannot be read to tell which table each went to: {exc}") from None
@@ -235,7 +257,7 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
                      f"lakesink")
     key_report = analyse_keys(rows, keys, spec.mode) if keys is not None else None
     report = Report(cfg.table_path, cfg.name, True, state.table_version, state.txn_version, kafka_status, reports,
-                    notes, accept_unchecked=not use_kafka, keys=key_report, route=route)
+                    notes, accept_unchecked=not use_kafka, keys=key_report, route=route, dead_letters=letters)
     if nulls:
         report.partitions.append(PartitionReport("<null>", -1, None, rows=nulls, uncommitted=nulls))
     return report

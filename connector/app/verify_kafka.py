@@ -161,9 +161,11 @@ def _windows(starts: pa.Array, ends: pa.Array) -> list[tuple[int, int]]:
 
 
 def classify_missing(reports: list[PartitionReport], kafka: KafkaCheck, cfg: LakesinkConfig,
-                     marks: dict[tuple[str, int], tuple[int, int]], router: RecordRouter | None = None) -> list[str]:
+                     marks: dict[tuple[str, int], tuple[int, int]], router: RecordRouter | None = None,
+                     table_dead: dict[tuple[str, int], pa.Array] | None = None) -> list[str]:
     """Split every report's missing offsets into expired / not-in-kafka / elsewhere (records `router`, a routed
-    table's, leaves to another table) / dead-lettered / gaps / unchecked."""
+    table's, leaves to another table) / dead-lettered (in the dead-letter topic, or in the dead-letter table:
+    `table_dead`, its offsets by partition) / gaps / unchecked."""
     notes: list[str] = []
     candidates: dict[tuple[str, int], pa.Array] = {}
     for rep in reports:
@@ -211,7 +213,9 @@ def classify_missing(reports: list[PartitionReport], kafka: KafkaCheck, cfg: Lak
                          "coordinates, so records in Kafka but not in the table cannot be matched to the DLQ")
         for key, present in candidates.items():
             rep = by_key[key]
-            in_dlq = pc.is_in(present, value_set=dead.get(key, no_offsets()))
+            letters = [a for a in (dead.get(key), (table_dead or {}).get(key)) if a is not None]
+            in_dlq = pc.is_in(present, value_set=pa.concat_arrays([a.cast(pa.int64()) for a in letters])
+                              if letters else no_offsets())
             rep.dead_lettered = int(pc.sum(in_dlq).as_py() or 0)
             real = present.filter(pc.invert(in_dlq))
             rep.gaps = len(real)

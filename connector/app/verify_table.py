@@ -228,3 +228,37 @@ def key_columns(configured: tuple[str, ...], snapshot, store: Store | None = Non
             f"key column(s) {', '.join(absent)} ({keys.source}) are not columns of the table: set record.key.fields "
             f"to the table's key columns")
     return keys
+
+
+# --- the dead-letter table -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeadLetterRows:
+    """The dead-letter table's rows of one connector (a data table's app id), by partition."""
+
+    offsets: dict[tuple[str, int], pa.Array]
+    """The offsets of each partition's rows, once each."""
+    rows: int
+    duplicated: int
+    """Rows of an offset another row of the same stage already holds."""
+    duplicate_samples: list[tuple[str, int, int]]
+
+
+def read_dead_letters(connector: str, store: Store) -> DeadLetterRows | None:
+    """The rows of `connector` in the dead-letter table at `store`'s root (errors.deadletterqueue.table.name), None
+    when the table does not exist yet."""
+    dt = store.delta_table()
+    if dt is None:
+        return None
+    rows = dt.to_pyarrow_table(columns=["topic", "partition", "offset", "stage", "connector"])
+    rows = rows.filter(pc.equal(rows["connector"], connector))
+    counted = rows.group_by(["topic", "partition", "offset", "stage"]).aggregate([([], "count_all")])
+    twice = counted.filter(pc.greater(counted["count_all"], 1))
+    extra = int(pc.sum(pc.subtract(twice["count_all"], 1)).as_py() or 0)
+    samples = list(zip(twice["topic"].to_pylist(), twice["partition"].to_pylist(), twice["offset"].to_pylist()))[:5]
+    unique = rows.group_by(["topic", "partition", "offset"]).aggregate([])
+    offsets: dict[tuple[str, int], list] = {}
+    for key in set(zip(unique["topic"].to_pylist(), unique["partition"].to_pylist())):
+        mask = pc.and_(pc.equal(unique["topic"], key[0]), pc.equal(unique["partition"], key[1]))
+        offsets[key] = unique["offset"].filter(mask).combine_chunks()
+    return DeadLetterRows(offsets, rows.num_rows, extra, samples)

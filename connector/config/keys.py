@@ -18,6 +18,7 @@ from connector.config.kinds import (
     NON_NEGATIVE,
     OPTIONAL_NAME,
     OPTIONAL_SASL_MECHANISM,
+    OPTIONAL_TABLE,
     OPTIONAL_TEXT,
     OPTIONAL_TOPIC,
     PORT,
@@ -523,7 +524,7 @@ class Keys(SourceKeys):
             choice(get_args(Tolerance)),
             "`none`: a record error, or a row that breaks a constraint of the table (CHECK, NOT NULL, a generated "
             "column), stops the connector; `all`: the record goes to the dead-letter topic (a rejected row's headers "
-            "name the constraint and its expression) and the rest commit.",
+            "name the constraint and its expression) and/or the dead-letter table, and the rest commit.",
             table_scoped=True,
         ),
     ] = "none"
@@ -531,7 +532,18 @@ class Keys(SourceKeys):
         str | None,
         Key(
             OPTIONAL_TOPIC,
-            "Dead-letter topic for records that fail conversion; required when `errors.tolerance=all`.",
+            "Dead-letter topic for records that fail conversion; with `errors.tolerance=all` this, "
+            "`errors.deadletterqueue.table.name` or both.",
+        ),
+    ] = None
+    errors_deadletterqueue_table_name: Annotated[
+        str | None,
+        Key(
+            OPTIONAL_TABLE,
+            "Dead-letter Delta table at `<target.base.path>/<name>`: each record error as a row (topic, partition, "
+            "offset, timestamp, key, value, headers, error_class, message, stage, connector, time), committed before "
+            "the data commit that passes its offset, exactly once; beside `errors.deadletterqueue.topic.name` or "
+            "instead of it. Several tables of a connector may share it.",
         ),
     ] = None
     errors_deadletterqueue_context_headers_enable: Annotated[

@@ -169,6 +169,7 @@ def _parse_table_map(text: str) -> tuple[tuple[str, str], ...]:
 
 
 TABLE_NAME = Kind("table name", _parse_table_name)
+OPTIONAL_TABLE = Kind("table name", lambda text: IDENTIFIER.parse(text) if text else None)
 TABLE_MAP = Kind("list of topic:table", _parse_table_map)
 POSITIVE = integer("int > 0", "a positive integer", 1)
 NON_NEGATIVE = integer("int ≥ 0", "a non-negative integer", 0)

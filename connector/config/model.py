@@ -115,6 +115,12 @@ class LakesinkConfig(Keys):
         """Where the Delta table lives: the base path joined with the table name."""
         return f"{self.target_base_path.rstrip('/')}/{self.target_table_name}"
 
+    @property
+    def dead_letter_table_path(self) -> str | None:
+        """Where the dead-letter table lives (errors.deadletterqueue.table.name), as the table does; None without."""
+        name = self.errors_deadletterqueue_table_name
+        return None if name is None else f"{self.target_base_path.rstrip('/')}/{name}"
+
     def __eq__(self, other: object) -> bool:
         """The same settings (and secrets): which keys a file spelled out, at their defaults or not, is no part of
         a configuration's value."""

@@ -70,11 +70,16 @@ def cross_check(values: Mapping[str, Any]) -> list[str]:
     problems = []
     dlq = values.get("errors_deadletterqueue_topic_name")
     control = values.get("control_topic_name")
-    if values.get("errors_tolerance") == "all" and dlq is None:
+    dlq_table = values.get("errors_deadletterqueue_table_name")
+    if values.get("errors_tolerance") == "all" and dlq is None and dlq_table is None:
         problems.append(
-            "errors.deadletterqueue.topic.name: required when errors.tolerance=all, "
-            "so that records which fail conversion are kept"
+            "errors.deadletterqueue.topic.name: required when errors.tolerance=all (or "
+            "errors.deadletterqueue.table.name, or both), so that records which fail conversion are kept"
         )
+    if dlq_table is not None and dlq_table in (values.get("target_table_name"),
+                                               *(t for _, t in values.get("table_name_map", ()))):
+        problems.append(f"errors.deadletterqueue.table.name: {dlq_table!r} is a table the records go to; use a "
+                        f"table of its own")
     names, regex = values.get("kafka_topic_names", ()), values.get("kafka_topic_regex")
     if names and regex is not None:
         problems.append("kafka.topic.names and kafka.topic.regex: set one of them, not both (the source topics by "

@@ -119,6 +119,10 @@ class WriteStatus(_Envelope):
     # write.mode=upsert|dedup: the key columns of the staged rows (connector/upsert.py); () in append mode, for a
     # group without rows, and in messages of older versions
     key_fields: tuple[str, ...] = ()
+    # errors.deadletterqueue.table.name: the Parquet file (path relative to the table) of the group's dead-letter
+    # rows (connector/table/dead_letter_table.py), which the coordinator commits to the dead-letter table before
+    # the data; None without record errors, without a dead-letter table, and in messages of older versions
+    dead_letter_file: str | None = None
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -401,6 +405,7 @@ _DECODERS: dict[str, Callable[[object], Any]] = {
     "schemas": _strings,
     "key_fields": _strings,
     "files_ref": _optional_str,
+    "dead_letter_file": _optional_str,
     "payload": _object,
     "schema": _optional_str,
     "error": _str,

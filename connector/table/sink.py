@@ -3,6 +3,9 @@
 Reads (committed offsets, txn version, schema) are JVM-free through delta-rs (`deltalake`); the coordinator's
 commit goes through delta-spark's transaction log. A commit is a numbered recipe, each step idempotent:
 
+  0. with a dead-letter table (errors.deadletterqueue.table.name), append the txn's dead-letter files to it, each
+     partition's rows past what that table already holds of it (connector/table/dead_letter_table.py): before the
+     data, whose offsets pass the bad records;
   1. write the manifest `_lakesink/<connector>/commits/<version>.json` (write-ahead, put-if-absent): offsets of
      every partition after this commit, the file groups, the coordinator instance;
   2. add the participants' data files, already in the table location, as they are, in ONE Delta commit together
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connector.errors import CommitError, ConstraintViolationError, FencedError
 from connector.faults import fault_point
@@ -38,6 +42,7 @@ from connector.storage.store import Location, Store
 from connector.table import delta_writer
 from connector.table.failures import Failure, classify
 from connector.table.features import TableProfile, UnsupportedTableError, read_profile
+from connector.table.dead_letter_table import DeadLetterTable, Group
 from connector.table.delta_log import DeferredCheckpoints
 from connector.table.preflight import layout_refusal, partitioning_refusal
 from connector.table.recovery import Recovered, Recovery
@@ -81,6 +86,7 @@ class DeltaTableSink:
     file group with a file gone is left out, and its records read again."""
     layout_entries: tuple[str, ...] = ()  # partition.field.name as configured: `day(ts)` for the column ts_day
     cluster_by: tuple[str, ...] = ()  # table.cluster.by: a table it creates is clustered instead of partitioned
+    dead_letter_table: DeadLetterTable | None = None  # errors.deadletterqueue.table.name: step 0's table
 
     # the table's newest snapshot through delta-rs (connector/table/snapshot.py), shared by recovery and the commit
     snapshot: TableSnapshot = field(init=False, repr=False)
@@ -211,6 +217,8 @@ class DeltaTableSink:
         current = self.txn_version()
         if current is not None and current >= version:
             return self._verify_existing(version, current, rows, nbytes, len(files))
+        if self.commit_dead_letters(version, statuses):
+            fault_point("coordinator.after-deadletter-commit")
         if not files and not self.exists():
             # Nothing to write and no table to record offsets in: offsets advance only past failed records,
             # which are re-read and re-routed after a restart; nothing is lost.
@@ -238,7 +246,28 @@ class DeltaTableSink:
                 raise CommitError(f"Delta append of txn version {version} to {self.table_path} failed: "
                                   f"{_short(exc)}", permanent=classify(exc) is Failure.PERMANENT) from exc
         result = self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
+        self.store.delete_unreferenced(_dead_letter_files(statuses), "in the dead-letter table")
         return replace(result, dead_lettered=rejected)
+
+    def commit_dead_letters(self, version: int, statuses: tuple[WriteStatus, ...]) -> int:
+        """Step 0: the statuses' dead-letter files into the dead-letter table, each partition's rows that table
+        does not hold yet, in one commit; the rows appended. A file that is gone fails the commit (CommitError):
+        its records are read again."""
+        paths = _dead_letter_files(statuses)
+        if self.dead_letter_table is None or not paths:
+            return 0
+        groups = []
+        for s in statuses:
+            if s.dead_letter_file is None:
+                continue
+            data = self.store.read_bytes(s.dead_letter_file)
+            if data is None or s.next_offset is None:
+                raise CommitError(f"the dead-letter file {s.dead_letter_file} of {s.topic}-{s.partition} is missing "
+                                  f"from {self.table_path}; the txn is read again")
+            groups.append(Group(s.topic, s.partition, s.next_offset, pq.read_table(pa.BufferReader(data))))
+        epoch, txn = split_version(version)
+        return self.dead_letter_table.commit(self.app_id, groups, {"epoch": epoch, "txn": txn,
+                                                                   "instance": self.instance})
 
     def _verify_existing(self, version: int, current: int | None, rows: int, nbytes: int, nfiles: int) -> CommitResult:
         """Step 3: the table's txn version is ours and the manifest of that version was written by us."""
@@ -272,7 +301,8 @@ class DeltaTableSink:
 
     def discard(self, statuses: list[WriteStatus], why: str) -> None:
         """Delete the staged files of file groups no commit takes (their records are read again)."""
-        self.store.delete_unreferenced([f.path for s in self.resolve(tuple(statuses)) for f in s.files], why)
+        self.store.delete_unreferenced([f.path for s in self.resolve(tuple(statuses)) for f in s.files]
+                                       + _dead_letter_files(statuses), why)
 
     # --- housekeeping --------------------------------------------------------------------------------------
 
@@ -283,6 +313,10 @@ class DeltaTableSink:
 
     def prune_manifests(self, keep: int = KEEP_MANIFESTS) -> None:
         self.manifests.prune(keep)
+
+
+def _dead_letter_files(statuses) -> list[str]:
+    return [s.dead_letter_file for s in statuses if s.dead_letter_file is not None]
 
 
 def _short(exc: BaseException) -> str:

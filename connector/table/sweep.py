@@ -11,7 +11,9 @@ only when all of these hold, so that nothing a table version references is ever 
   - it is older than `orphan.files.retention.ms`, and younger than the oldest commit of the history read (older
     files cannot be told apart from committed ones and are left alone).
 A local data file a participant was still writing when it died (`.part-...parquet.<hex>.tmp`,
-connector.table.datafiles.TEMPORARY) is never part of a table: it goes by the first and the age rules alone.
+connector.table.datafiles.TEMPORARY) is never part of a table: it goes by the first and the age rules alone, as do
+the large write statuses and the staged dead-letter files (`_lakesink/<connector>/deadletters/e<epoch>-t<txn>-...`,
+which the dead-letter table's commit copies, connector/table/dead_letter_table.py).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from connector.faults import fault_point
 from connector.protocol.messages import txn_version
 from connector.table.datafiles import TEMPORARY, data_file_prefix
+from connector.table.dead_letter_table import STAGING_DIR as DEAD_LETTER_STAGING
 from connector.table.state import META_DIR, read_commit_metadata, state_prefix
 
 log = logging.getLogger(__name__)
@@ -54,18 +57,21 @@ def sweep(sink, retention_s: float, now: float | None = None) -> SweepResult:
     store = sink.store
     pattern = re.compile(re.escape(data_file_prefix(sink.app_id)) + r"e(\d+)-t(\d+)-")
     status_prefix = f"{state_prefix(sink.app_id)}/status/"
+    letters_prefix = f"{state_prefix(sink.app_id)}/{DEAD_LETTER_STAGING}/"
     referenced: set[str] | None = None
     history: tuple[set[tuple[int, int]], float] | None = None
     deleted = young = scanned = 0
     for info in store.list("", recursive=True):
         relative = store.relative(info.path)
-        if relative.startswith(("_delta_log/", f"{META_DIR}/")) and not relative.startswith(status_prefix):
+        state = relative.startswith((status_prefix, letters_prefix))  # lakesink's own, never in the table
+        if relative.startswith(("_delta_log/", f"{META_DIR}/")) and not state:
             continue
         name = relative.rsplit("/", 1)[-1]
         temporary = TEMPORARY.match(name)
         if temporary is not None:
             name = temporary.group(1)
-        match = pattern.match(name) if not relative.startswith(status_prefix) else _STATUS_TAG.search(relative)
+        match = pattern.match(name) if not state else (_STATUS_TAG.search(relative) if relative.startswith(
+            status_prefix) else _LETTERS_TAG.match(name))
         if match is None:
             continue
         scanned += 1
@@ -76,7 +82,7 @@ def sweep(sink, retention_s: float, now: float | None = None) -> SweepResult:
         if now - modified < retention_s:
             young += 1
             continue
-        if not relative.startswith(status_prefix) and temporary is None:
+        if not state and temporary is None:
             if referenced is None:
                 referenced = _snapshot_paths(dt)
             if relative in referenced:
@@ -96,6 +102,7 @@ def sweep(sink, retention_s: float, now: float | None = None) -> SweepResult:
 
 
 _STATUS_TAG = re.compile(r"/status/e(\d+)-t(\d+)/")
+_LETTERS_TAG = re.compile(r"e(\d+)-t(\d+)-")
 
 
 def _snapshot_paths(dt) -> set[str]:
