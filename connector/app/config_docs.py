@@ -91,6 +91,9 @@ A txn discarded before END-COMMIT dead-letters nothing; one discarded or failing
 dead letter, a crash, a timeout, a txn of failed records only while the table does not exist yet) may
 dead-letter its records again when they are re-read (at least once: deduplicate on the
 `__connect.errors.topic/partition/offset` headers), while table rows stay exactly once.
+With `errors.deadletterqueue.table.name` (beside the topic or instead of it) each failed record is also a row of
+that Delta table, committed before the data commit that passes its offset and exactly once: a txn read again adds
+only the rows the dead-letter table lacks (docs/ARCHITECTURE.md, "The dead-letter table").
 
 """
 

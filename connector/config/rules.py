@@ -80,6 +80,10 @@ def cross_check(values: Mapping[str, Any]) -> list[str]:
                                                *(t for _, t in values.get("table_name_map", ()))):
         problems.append(f"errors.deadletterqueue.table.name: {dlq_table!r} is a table the records go to; use a "
                         f"table of its own")
+    if dlq_table is not None and dlq is None and not values.get("connect_meta_data", True):
+        problems.append("errors.deadletterqueue.table.name without errors.deadletterqueue.topic.name needs "
+                        "connect.meta.data=true: a row the table's constraints reject is matched to its record by "
+                        "its _kafka_* columns; set the topic too, for rows without them")
     names, regex = values.get("kafka_topic_names", ()), values.get("kafka_topic_regex")
     if names and regex is not None:
         problems.append("kafka.topic.names and kafka.topic.regex: set one of them, not both (the source topics by "

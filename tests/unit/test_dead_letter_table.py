@@ -136,6 +136,10 @@ def test_tolerance_all_takes_the_dead_letter_table_alone_and_refuses_it_as_the_d
         config_from_dict({**BASE, "errors.tolerance": "all"}, env={})
     with pytest.raises(Exception, match="errors.deadletterqueue.table.name"):
         config_from_dict({**BASE, "errors.deadletterqueue.table.name": "not a name"}, env={})
+    alone = {**BASE, "errors.tolerance": "all", "errors.deadletterqueue.table.name": "dlq", "connect.meta.data": "false"}
+    with pytest.raises(Exception, match="without errors.deadletterqueue.topic.name needs connect.meta.data=true"):
+        config_from_dict(alone, env={})
+    config_from_dict({**alone, "errors.deadletterqueue.topic.name": "orders-dlq"}, env={})
 
 
 def test_a_write_status_carries_its_dead_letter_file_and_older_ones_carry_none():
