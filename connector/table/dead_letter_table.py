@@ -147,10 +147,15 @@ class DeadLetterTable:
     def _options(self) -> dict[str, str] | None:
         return self.store.s3.delta_options() if self.store.root.is_s3 else None
 
-    def watermarks(self, ids: Iterable[str]) -> dict[str, int | None]:
-        """Each app id's txn version: the offset below which its partition's dead letters are in the table."""
-        dt = self.store.delta_table()
+    def watermarks(self, ids: Iterable[str], dt=None) -> dict[str, int | None]:
+        """Each app id's txn version in the snapshot `dt` (default: the newest): the offset below which its
+        partition's dead letters are in the table."""
+        dt = self.snapshot() if dt is None else dt
         return {i: (dt.transaction_version(i) if dt is not None else None) for i in ids}
+
+    def snapshot(self):
+        """The table's newest snapshot through delta-rs, None before its first commit."""
+        return self.store.delta_table()
 
     def commit(self, data_app_id: str, groups: Sequence[Group], metadata: dict | None = None) -> int:
         """Append the groups' rows not yet in the table, with each group's txn action, in one Delta commit; how many
@@ -164,7 +169,10 @@ class DeadLetterTable:
         last: Exception | None = None
         for attempt in range(COMMIT_ATTEMPTS):
             ids = {app_id(data_app_id, g.topic, g.partition, g.stage): g for g in groups}
-            marks = self.watermarks(ids)
+            # the commit is checked against the snapshot the versions were read in: a commit of one of these app
+            # ids since then fails it (delta-rs's conflict check), and the next attempt reads them again
+            dt = self.snapshot()
+            marks = self.watermarks(ids, dt)
             parts, txns = [], []
             for i, g in ids.items():
                 new = fresh(g.rows, marks[i])
@@ -179,7 +187,9 @@ class DeadLetterTable:
             custom = {"userMetadata": json.dumps({"lakesink": {**(metadata or {}), "connector": data_app_id,
                                                                "dead_letters": data.num_rows}})}
             try:
-                write_deltalake(self.store.root.delta_uri, data, mode="append", storage_options=self._options(),
+                target = dt if dt is not None else self.store.root.delta_uri
+                write_deltalake(target, data, mode="append",
+                                storage_options=None if dt is not None else self._options(),
                                 commit_properties=CommitProperties(custom_metadata=custom, app_transactions=txns))
                 log.info("%d dead letter(s) of %s committed to the dead-letter table %s", data.num_rows, data_app_id,
                          self.name)

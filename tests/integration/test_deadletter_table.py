@@ -26,7 +26,8 @@ def _batch(n: int, tag: str) -> tuple[list, list, list[bool]]:
     records, headers, bad = [], [], []
     for i in range(n):
         bad.append(i % 3 == 1)
-        value = (b'{"id": ' + os.urandom(6).hex().encode() + b"!}") if bad[-1] else f'{{"id": {i}, "batch": "{tag}"}}'.encode()
+        good = f'{{"id": {i}, "batch": "{tag}"}}'.encode()
+        value = (b'{"id": ' + os.urandom(6).hex().encode() + b"!}") if bad[-1] else good
         records.append((i % PARTITIONS, f"{tag}-{i}".encode(), value))
         headers.append([("trace", f"{tag}-{i}".encode()), ("trace", None), ("bin", b"\x00\xff")])
     return records, headers, bad

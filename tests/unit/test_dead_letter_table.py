@@ -125,6 +125,27 @@ def test_data_tables_sharing_the_dead_letter_table_append_at_once_without_losing
     assert _offsets(_table(tmp_path)) == sorted((f"sink.t{i}", 0, txn * 10 + 1) for i in range(3) for txn in range(4))
 
 
+def test_a_commit_racing_one_of_the_same_app_id_is_tried_again_and_adds_nothing_twice(tmp_path):
+    """A coordinator and its successor (or its zombie) commit the same partition's dead letters at once."""
+    group = Group("orders", 0, 20, rows_table([_row(3), _row(17)], "orders", 0))
+    other = _table(tmp_path)
+    other.commit("orders", [Group("orders", 1, 5, rows_table([_row(1, partition=1)], "orders", 0))])  # the table
+
+    class Racing(DeadLetterTable):
+        raced = False
+
+        def snapshot(self):
+            dt = super().snapshot()
+            if not self.raced:  # the other commits between this one's read of the versions and its commit
+                self.raced = True
+                assert other.commit("orders", [group]) == 2
+            return dt
+
+    racing = Racing(other.store, "dlq")
+    assert racing.commit("orders", [group]) == 0
+    assert _offsets(other) == [("orders", 0, 3), ("orders", 0, 17), ("orders", 1, 1)]
+
+
 def test_tolerance_all_takes_the_dead_letter_table_alone_and_refuses_it_as_the_data_table():
     cfg = config_from_dict({**BASE, "errors.tolerance": "all", "errors.deadletterqueue.table.name": "orders_dlq"},
                            env={})
@@ -136,7 +157,8 @@ def test_tolerance_all_takes_the_dead_letter_table_alone_and_refuses_it_as_the_d
         config_from_dict({**BASE, "errors.tolerance": "all"}, env={})
     with pytest.raises(Exception, match="errors.deadletterqueue.table.name"):
         config_from_dict({**BASE, "errors.deadletterqueue.table.name": "not a name"}, env={})
-    alone = {**BASE, "errors.tolerance": "all", "errors.deadletterqueue.table.name": "dlq", "connect.meta.data": "false"}
+    alone = {**BASE, "errors.tolerance": "all", "errors.deadletterqueue.table.name": "dlq",
+             "connect.meta.data": "false"}
     with pytest.raises(Exception, match="without errors.deadletterqueue.topic.name needs connect.meta.data=true"):
         config_from_dict(alone, env={})
     config_from_dict({**alone, "errors.deadletterqueue.topic.name": "orders-dlq"}, env={})
