@@ -1,7 +1,7 @@
-"""Session-wide real infrastructure: one Kafka broker, one S3 server, one schema registry, one PostgreSQL server, one
-SparkSession and one standalone Spark cluster per test session (each started only when a test asks for it). Under
-pytest-xdist (`make test` runs two) each worker process is a session of its own, with its own servers: tests that
-restart the broker never disturb another worker's tests."""
+"""Session-wide real infrastructure: one Kafka broker, one S3 server, one schema registry, one Hive metastore, one
+PostgreSQL server, one SparkSession and one standalone Spark cluster per test session (each started only when a test
+asks for it). Under pytest-xdist (`make test` runs two) each worker process is a session of its own, with its own
+servers: tests that restart the broker never disturb another worker's tests."""
 from __future__ import annotations
 
 import os
@@ -63,6 +63,18 @@ def schema_registry(tmp_path_factory):
     registry.start()
     yield registry
     registry.stop()
+
+
+@pytest.fixture(scope="session")
+def metastore(tmp_path_factory):
+    """The LocalMetastore of this session (connector/local/metastore.py: Apache Hive's standalone metastore, Derby
+    in its own directory; its `.uri` is thrift://127.0.0.1:<port>)."""
+    from connector.local.metastore import LocalMetastore
+
+    server = LocalMetastore(tmp_path_factory.mktemp("metastore"))
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ def _cmd_deps(args) -> int:
     from connector.jvm import class_archive, jars
     from connector.local import registry as local_registry
 
-    for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars, jars.connect_jars):
+    for bundle in (jars.kafka_jars, jars.delta_jars, jars.s3_jars, jars.connect_jars, jars.metastore_jars):
         found = bundle()
         print(f"{bundle.__name__}: {len(found)} jars in {found[0].parent if found else '-'}")
     print(f"logstore_jar: {jars.logstore_jar()}")
@@ -57,6 +57,13 @@ def _cmd_registry(args) -> int:
 
     return _cmd_server(args, DETACHED, "schema registry", lambda st: f"schema.registry.url={st.url}",
                        lambda st: st.url)
+
+
+def _cmd_metastore(args) -> int:
+    from connector.local.metastore import DETACHED
+
+    return _cmd_server(args, DETACHED, "Hive metastore", lambda st: f"catalog.hive.metastore.uris={st.uri}",
+                       lambda st: st.uri)
 
 
 def _cmd_server(args, server, noun: str, where, address, extra=lambda st: "") -> int:
@@ -303,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; for demo, also the output of Kafka, Spark and the JVM (else in a file)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("deps", help="fetch the Kafka, Delta and Kafka Connect + Debezium jars from Maven Central "
+    p = sub.add_parser("deps", help="fetch the Kafka, Delta, Kafka Connect + Debezium and Hive metastore jars from "
+                                    "Maven Central "
                                     "into the cache and build "
                                     "the Spark driver's class archive and the local schema registry (once)")
     p.set_defaults(func=_cmd_deps)
@@ -326,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8081, help="HTTP port (0 picks a free one; default 8081)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the registry to answer")
     p.set_defaults(func=_cmd_registry)
+
+    p = sub.add_parser("metastore", help="start/stop a local Hive metastore (Apache Hive's standalone metastore, "
+                                         "embedded Derby) on 127.0.0.1, for catalog.type=hive")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=9083, help="Thrift port (0 picks a free one; default 9083)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the metastore to listen")
+    p.set_defaults(func=_cmd_metastore)
 
     for name, text in (("run", "coordinator and worker in one process (the embedded default)"),
                        ("coordinator", "the coordinator only (needs Spark)"),

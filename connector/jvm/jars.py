@@ -3,7 +3,7 @@
 Bundles: the Kafka broker (server modules plus the log4j2 backend and its slf4j 1.x binding, which the broker's POM leaves out),
 the Delta jars for the pinned delta-spark, and S3A (hadoop-aws with the AWS SDK modules it uses, not the SDK's bundle). Spark itself comes with pyspark; nothing Spark already ships
 is added twice. A Kafka Connect worker with Debezium's PostgreSQL connector, for the local database mirror
-(connector/local/connect.py).
+(connector/local/connect.py). Apache Hive's standalone metastore, for the local catalog (connector/local/metastore.py).
 """
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ HADOOP_VERSION = "3.5.0"  # the Hadoop pyspark 4.2 bundles (hadoop-client-api-3.
 AWS_SDK_VERSION = "2.35.4"
 DEBEZIUM_VERSION = "3.6.1.Final"
 JACKSON_VERSION = "2.21.8"  # Debezium 3.6 is built against a newer Jackson than connect-runtime 4.1 brings
+HIVE_METASTORE_VERSION = "3.1.3"  # answers the Hive 2.3 client pyspark ships (4.x refuses its `get_table`)
+METASTORE_HADOOP_VERSION = "3.3.6"  # the metastore's own Hadoop (a provided dependency it leaves out) on Java 17
 
 MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
 
@@ -93,6 +95,22 @@ S3_BUNDLE = Bundle(
 )
 """S3A for Spark: hadoop-aws of pyspark's Hadoop and the AWS SDK v2 modules it uses; what pyspark ships (Hadoop's
 client jars, netty) is left out by `resolve`."""
+
+
+METASTORE_BUNDLE = Bundle(
+    f"hive-metastore-{HIVE_METASTORE_VERSION}",
+    (
+        Artifact("org.apache.hive", "hive-standalone-metastore", HIVE_METASTORE_VERSION),
+        Artifact("org.apache.hadoop", "hadoop-common", METASTORE_HADOOP_VERSION),
+        Artifact("org.apache.hadoop", "hadoop-hdfs-client", METASTORE_HADOOP_VERSION),
+    ),
+    # jdk.tools is no artifact on Java 9+; the old hadoop-hdfs comes with the metastore's ORC; one slf4j binding
+    # (log4j2's) instead of three
+    excludes=("jdk.tools", "org.apache.hadoop:hadoop-hdfs", "org.slf4j:slf4j-log4j12", "org.slf4j:slf4j-reload4j",
+              "log4j:log4j", "ch.qos.reload4j"),
+)
+"""Apache Hive's standalone metastore with an embedded Derby database, for the local catalog
+(connector/local/metastore.py); its schema is created by DataNucleus at first start."""
 
 
 def cache_root() -> Path:
@@ -229,6 +247,10 @@ def delta_jars() -> list[Path]:
 
 def kafka_jars() -> list[Path]:
     return resolve(KAFKA_BUNDLE)
+
+
+def metastore_jars() -> list[Path]:
+    return resolve(METASTORE_BUNDLE)
 
 
 def connect_jars() -> list[Path]:
