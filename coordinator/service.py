@@ -40,6 +40,7 @@ from connector.protocol.messages import (
 from connector.observe.metrics import Metrics
 from connector.retry import Retries
 from connector.schema import layout
+from connector.table import catalog
 from connector.table.failures import Failure, classify
 from connector.storage.checks import check_store
 from connector.storage.store import Location, Store
@@ -515,7 +516,7 @@ def build_coordinator(cfg: LakesinkConfig, clock: Clock | None = None, spark_fac
                               cfg.schema_evolution, spark_factory=spark.session, errors_tolerance=cfg.errors_tolerance,
                               dead_letter=dead_letters.send, store=store, upsert=UpsertSpec.from_config(cfg),
                               layout_entries=tuple(cfg.partition_field_name), cluster_by=tuple(cfg.table_cluster_by),
-                              dead_letter_table=dead_letter_table)
+                              dead_letter_table=dead_letter_table, catalog=catalog.CatalogTable.of(cfg))
     return CoordinatorService(cfg, store, sink, kafka, spark, dead_letters, clock or SystemClock(), metrics, channel)
 
 
@@ -526,7 +527,8 @@ def build_spark(cfg: LakesinkConfig, data_jobs: bool):
 
     store = Store.for_config(cfg)
     conf = {f"spark.hadoop.{k}": v for k, v in store.s3.hadoop_conf().items()} if store.root.is_s3 else {}
-    return get_spark(f"lakesink-{cfg.name}", cfg.spark_master, {**conf, **cfg.spark_conf}, data_jobs=data_jobs)
+    settings = {**conf, **catalog.spark_settings(cfg), **cfg.spark_conf}
+    return get_spark(f"lakesink-{cfg.name}", cfg.spark_master, settings, data_jobs=data_jobs)
 
 
 CHECKPOINT_CLOSE_S = 5.0

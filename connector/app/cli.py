@@ -162,6 +162,8 @@ def _cmd_validate(args) -> int:
         return 2
     if _validate_registry(cfg):
         return 2
+    if _validate_catalog(cfg):
+        return 2
     if cfg.many_tables:
         return _validate_tables(cfg)
     return _validate_table(cfg, store)
@@ -220,6 +222,29 @@ def _validate_tables(cfg) -> int:
             continue
         codes.append(_validate_table(table_plan.cfg, store))
     return max(codes, default=0)
+
+
+def _validate_catalog(cfg) -> int:
+    """catalog.type=hive: that the metastore answers and that each table's database takes a table, a line each."""
+    if cfg.catalog_type != "hive":
+        return 0
+    from connector.table.catalog import CatalogConflictError, CatalogTable, CatalogUnavailableError
+
+    uris = ",".join(cfg.catalog_hive_metastore_uris)
+    databases = {cfg.catalog_database, *(own["catalog_database"] for own in cfg.table_settings.values()
+                                         if "catalog_database" in own)}
+    failed = 0
+    for database in sorted(databases):
+        try:
+            found = CatalogTable(cfg.catalog_hive_metastore_uris, database, "").check_writable()
+        except CatalogUnavailableError as exc:
+            _say(f"catalog {uris}: {exc}")
+            return 1
+        except CatalogConflictError as exc:
+            found = str(exc)
+            failed += 1
+        _say(f"catalog {uris}: {found}")
+    return failed
 
 
 def _validate_registry(cfg) -> int:

@@ -51,6 +51,7 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
     secrets.protect(cfg)  # whoever set up logging, nothing this process writes shows a secret
     if cfg.many_tables:
         return _run_tables(cfg, coordinator, worker, timeout_s)
+    cfg = _located(cfg)
     metrics = metrics or Metrics()
     roles = Roles(metrics, stall_s=stall_s(cfg), connector=cfg.name,
                   dead_letter_txns=cfg.health_deadletter_transactions if coordinator else 0)
@@ -75,6 +76,27 @@ def run_roles(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: f
             name = f"worker-{task}"
             roles.add(name, WorkerTask(config_path, task, metrics, name, cfg.shutdown_timeout_ms / 1000, verbose).run)
     return _serve(cfg, roles, metrics, timeout_s)
+
+
+def _located(cfg: LakesinkConfig) -> LakesinkConfig:
+    """`cfg` at its catalog table's location (connector/table/catalog.py), asking the metastore again every
+    retry.backoff.ms (doubling) while it does not answer, for up to write.retry.timeout.ms."""
+    import time
+
+    from connector.clock import SystemClock
+    from connector.retry import Retries
+    from connector.table.catalog import CatalogUnavailableError, located
+
+    retries = Retries(SystemClock(), cfg.write_retry_timeout_ms, cfg.retry_backoff_ms)
+    while True:
+        try:
+            return located(cfg)
+        except CatalogUnavailableError as exc:
+            delay = retries.failed()
+            if delay is None:
+                raise
+            log.warning("%s; asking again in %.1f s", exc, delay)
+            time.sleep(delay)
 
 
 def _run_tables(cfg: LakesinkConfig, coordinator: bool, worker: bool, timeout_s: float | None) -> int:

@@ -62,7 +62,9 @@ class TablePipeline:
         return self.plan.table
 
     def start(self, drain: threading.Event) -> None:
-        cfg = self.plan.cfg
+        cfg = self._located()
+        if cfg is None:
+            return
         roles = Roles(self.metrics, stall_s=stall_s(cfg), connector=cfg.name, table=self.table,
                       dead_letter_txns=cfg.health_deadletter_transactions if self._coordinator else 0)
         if self._coordinator:
@@ -82,17 +84,32 @@ class TablePipeline:
         self.thread = threading.Thread(target=self._run, name=f"table-{self.table}", daemon=True)
         self.thread.start()
 
+    def _located(self) -> LakesinkConfig | None:
+        """The table's configuration at its catalog table's location (connector/table/catalog.py); None when the
+        metastore did not answer, and the pipeline starts again after its backoff as after a failure."""
+        from connector.table.catalog import CatalogConflictError, CatalogUnavailableError, located
+
+        try:
+            return located(self.plan.cfg)
+        except (CatalogUnavailableError, CatalogConflictError) as exc:
+            self._failed(exc)
+            return None
+
     def _run(self) -> None:
         cfg = self.plan.cfg
         try:
             self.roles.run(None, shutdown_timeout_s=cfg.shutdown_timeout_ms / 1000)
         except BaseException as exc:  # noqa: BLE001 - this table stops alone; the process goes on
-            self.failures += 1
-            self.error = " ".join(str(exc).split())[:1000] or type(exc).__name__
-            backoff = min(RESTART_MAX_S, cfg.retry_backoff_ms / 1000 * 2 ** (self.failures - 1))
-            self.restart_at = time.monotonic() + backoff
-            log.error("table %s stopped (failure %d in a row): %s; its pipeline starts again in %.1f s from its "
-                      "committed offsets, and the other tables go on", self.table, self.failures, self.error, backoff)
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        cfg = self.plan.cfg
+        self.failures += 1
+        self.error = " ".join(str(exc).split())[:1000] or type(exc).__name__
+        backoff = min(RESTART_MAX_S, cfg.retry_backoff_ms / 1000 * 2 ** (self.failures - 1))
+        self.restart_at = time.monotonic() + backoff
+        log.error("table %s stopped (failure %d in a row): %s; its pipeline starts again in %.1f s from its "
+                  "committed offsets, and the other tables go on", self.table, self.failures, self.error, backoff)
 
     @property
     def running(self) -> bool:

@@ -50,6 +50,7 @@ from connector.config.kinds import (
     choice,
     integer,
 )
+from connector.config.kinds import DATABASE, METASTORE_URIS, CatalogType
 
 @dataclass(frozen=True)
 class Key:
@@ -344,6 +345,26 @@ class Keys(SourceKeys):
                     "nor `compaction.zorder.by`. An existing table must be clustered by these columns.",
             table_scoped=True),
     ] = ()
+    catalog_type: Annotated[
+        CatalogType,
+        Key(choice(get_args(CatalogType)),
+            "`hive`: every table is also a table of a Hive metastore (`catalog.hive.metastore.uris`), "
+            "`<catalog.database>.<table name>`, an external Delta table at the table's location, so that "
+            "`SELECT * FROM db.t` works in any engine on that metastore; the commit that creates the table on storage "
+            "creates it in the catalog (and its database when absent). A catalog table of that name that exists "
+            "already is the table: its location wins over `target.base.path`. The schema, its evolution and the "
+            "table's properties are read from the Delta log by every reader. `none`: tables by path only."),
+    ] = "none"
+    catalog_hive_metastore_uris: Annotated[
+        tuple[str, ...],
+        Key(METASTORE_URIS, "With `catalog.type=hive`: the metastore's Thrift URIs, `thrift://host:9083[,...]` "
+                            "(required); the coordinator's Spark session and every lakesink process use them."),
+    ] = ()
+    catalog_database: Annotated[
+        str,
+        Key(DATABASE, "With `catalog.type=hive`: the catalog database of the table, created when absent.",
+            table_scoped=True),
+    ] = "default"
 
     s3_endpoint: Annotated[
         str | None,

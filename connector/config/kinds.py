@@ -251,3 +251,24 @@ def _parse_jaas(text: str) -> str | None:
 
 
 JAAS = Kind("JAAS login", _parse_jaas)
+
+
+CatalogType = Literal["none", "hive"]
+_METASTORE_URI = re.compile(r"thrift://[^:/\s,]+:[0-9]{1,5}")
+
+
+def _parse_metastore_uris(text: str) -> tuple[str, ...]:
+    uris = _split(text) if text else ()
+    for uri in uris:
+        if not _METASTORE_URI.fullmatch(uri):
+            raise ValueError(f"expected comma-separated thrift://host:port URIs of Hive metastores, got {uri!r}")
+    return uris
+
+
+def _parse_database(text: str) -> str:
+    return IDENTIFIER.parse(text).lower()
+
+
+METASTORE_URIS = Kind("list of thrift://host:port", _parse_metastore_uris)
+DATABASE = Kind("database name", _parse_database)
+"""A catalog database: an identifier, lower-cased as the Hive metastore keeps it."""

@@ -142,7 +142,8 @@ def config_from_dict(d: Mapping[str, str], env: Mapping[str, str] | None = None)
         problems.append("kafka.topic.names: required key is not set (the source topics; or set kafka.topic.regex to "
                         "sink every topic whose name matches it)")
     defaults = {s.attr: s.default for s in SETTINGS if not s.required}
-    connector_problems = cross_check({**defaults, **values})
+    unparsed = {problem.split(":", 1)[0] for problem in problems}  # a key whose value is refused has its default
+    connector_problems = [p for p in cross_check({**defaults, **values}) if p.split(":", 1)[0] not in unparsed]
     problems.extend(connector_problems)
     problems.extend(routing_problems({**defaults, **values}))
     for table, own in sorted(values["table_settings"].items()):

@@ -33,6 +33,9 @@ class LakesinkConfig(Keys):
     """The keys the file sets (config_from_dict), for warnings() about keys set where they have no effect."""
     _removed: tuple[str, ...] = PrivateAttr(default=())
     """Warnings about removed keys the file still sets (REMOVED_KEYS)."""
+    _catalog_location: str | None = PrivateAttr(default=None)
+    """The location of the table's existing catalog table (catalog.type=hive), which wins over the configured
+    path: set by `at_location`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -112,8 +115,18 @@ class LakesinkConfig(Keys):
 
     @property
     def table_path(self) -> str:
-        """Where the Delta table lives: the base path joined with the table name."""
+        """Where the Delta table lives: the base path joined with the table name, or the location of its existing
+        catalog table (`at_location`)."""
+        if self._catalog_location is not None:
+            return self._catalog_location
         return f"{self.target_base_path.rstrip('/')}/{self.target_table_name}"
+
+    def at_location(self, location: str) -> "LakesinkConfig":
+        """This configuration with the table at `location`: where its catalog table says it is
+        (connector/table/catalog.py `located`)."""
+        config = self._derived(dict(self.__dict__))
+        config._catalog_location = location
+        return config
 
     @property
     def dead_letter_table_path(self) -> str | None:

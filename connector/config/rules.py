@@ -94,6 +94,8 @@ def cross_check(values: Mapping[str, Any]) -> list[str]:
     if (values.get("aws_access_key_id") is None) != (values.get("aws_secret_access_key") is None):
         problems.append("aws.access.key.id and aws.secret.access.key: set both, or neither to use the standard AWS "
                         "credential chain")
+    if values.get("catalog_type") == "hive" and values.get("catalog_hive_metastore_uris", ("?",)) == ():
+        problems.append("catalog.hive.metastore.uris: required with catalog.type=hive (thrift://host:9083)")
     mode = values.get("write_mode", "append")
     if values.get("delete_enabled") and mode != "upsert":
         problems.append(f"delete.enabled=true needs write.mode=upsert (write.mode is {mode})")
@@ -299,6 +301,8 @@ NOT_APPLYING: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] 
     *((key, _s3_key_unused) for key in ("s3.endpoint", "s3.region", "s3.path.style.access.enabled",
                                         "aws.access.key.id", "aws.secret.access.key")),
     *_CONNECTION_NOT_APPLYING,
+    *((key, lambda v: "catalog.type=none keeps tables by path only" if v.get("catalog_type") == "none" else None)
+      for key in ("catalog.hive.metastore.uris", "catalog.database")),
 )
 """Keys that do nothing with some values of others: (key, reason(values) or None). LakesinkConfig.warnings() names
 each one a file sets where its reason applies."""

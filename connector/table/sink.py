@@ -12,6 +12,9 @@ commit goes through delta-spark's transaction log. A commit is a numbered recipe
      with the txn action (app id `<connector>`, version `<version>`), read inside the same transaction; every
      Delta commit is put-if-absent on the store (a local rename, or the conditional-put log store on S3);
   3. verify that the table's txn version is now `<version>` and the manifest is ours, else `FencedError`;
+  4. with catalog.type=hive, once per sink: the table's catalog table, now that the table exists on storage
+     (connector/table/catalog.py); a metastore that does not answer fails the commit as a transient failure, and
+     the retry finds the txn committed and comes back to this step;
   (the coordinator then calls `prune_manifests`, sends PROGRESS, and last ACK-COMMIT).
 
 Everything goes through one connector.storage.store.Store: the table may be a local directory or an S3 prefix.
@@ -40,6 +43,7 @@ from connector.protocol.messages import Offsets, WriteStatus, encode_offsets, sp
 from connector.schema import layout
 from connector.storage.store import Location, Store
 from connector.table import delta_writer
+from connector.table.catalog import CatalogConflictError, CatalogTable
 from connector.table.failures import Failure, classify
 from connector.table.features import TableProfile, UnsupportedTableError, read_profile
 from connector.table.dead_letter_table import DeadLetterTable, Group
@@ -80,6 +84,7 @@ class DeltaTableSink:
     last_profile: TableProfile | None = None  # as the last commit (or check_supported) read it
     store: Store | None = None  # where the table lives (default: table_path with the AWS defaults for S3)
     upsert: UpsertSpec = UpsertSpec()  # keyed modes apply each txn with a MERGE (connector/table/merge.py)
+    catalog: CatalogTable | None = None  # catalog.type=hive: step 4's catalog table
     check_staged: bool = False
     """Check that every staged file still exists before its commit (a table whose short
     delta.deletedFileRetentionDuration lets a VACUUM delete files a transaction has staged but not committed): a
@@ -92,6 +97,7 @@ class DeltaTableSink:
     snapshot: TableSnapshot = field(init=False, repr=False)
     # the sink's own Spark session, made once from spark_factory's (connector/table/write_paths.py)
     _session: TableSession = field(init=False, repr=False)
+    _catalog_registered: bool = field(default=False, repr=False)
     # Delta's checkpoints of this sink's commits, written after each commit rather than inside it
     _checkpoints: DeferredCheckpoints = field(default_factory=DeferredCheckpoints, repr=False)
 
@@ -216,7 +222,10 @@ class DeltaTableSink:
         nbytes = sum(f.bytes for f in files)
         current = self.txn_version()
         if current is not None and current >= version:
-            return self._verify_existing(version, current, rows, nbytes, len(files))
+            result = self._verify_existing(version, current, rows, nbytes, len(files))
+            if claim_base is None:
+                self.register_catalog()
+            return result
         if self.commit_dead_letters(version, statuses):
             fault_point("coordinator.after-deadletter-commit")
         if not files and not self.exists():
@@ -247,7 +256,25 @@ class DeltaTableSink:
                                   f"{_short(exc)}", permanent=classify(exc) is Failure.PERMANENT) from exc
         result = self._verify_existing(version, self.txn_version(), rows, nbytes, len(files))
         self.store.delete_unreferenced(_dead_letter_files(statuses), "in the dead-letter table")
+        if claim_base is None:  # an epoch claim never waits for the metastore: the txns that follow do this
+            self.register_catalog()
         return replace(result, dead_lettered=rejected)
+
+    def register_catalog(self) -> None:
+        """Step 4: the catalog table of a table that exists on storage, once per sink (both statements are
+        idempotent, so a restart or a second coordinator repeats them harmlessly). A metastore that does not answer
+        is a transient CommitError (the txn is committed: the retry recovers it and comes back here); a catalog
+        entry of that name that is not this table, a permanent one."""
+        if self.catalog is None or self._catalog_registered or not self.exists():
+            return
+        try:
+            self.catalog.register(self._session.get(), self.table_path)
+        except CatalogConflictError as exc:
+            raise CommitError(str(exc), permanent=True) from exc
+        except Exception as exc:  # noqa: BLE001 - the metastore's client raises py4j and Thrift errors of many kinds
+            raise CommitError(f"the catalog table {self.catalog} of {self.table_path} could not be created (its "
+                              f"data is committed; retrying): {_short(exc)}", permanent=False) from exc
+        self._catalog_registered = True
 
     def commit_dead_letters(self, version: int, statuses: tuple[WriteStatus, ...]) -> int:
         """Step 0: the statuses' dead-letter files into the dead-letter table, each partition's rows that table

@@ -1,0 +1,152 @@
+"""catalog.type=hive against a real Hive metastore (the session's LocalMetastore): a `lakesink run` with `${topic}`
+routing puts three tables in two databases (one by a per-table `catalog.database`), one of them already a catalog
+table at a location of its own, which wins over the configured path; one table gains a column while it runs. Then a
+separate Spark process, a fresh session on the same metastore and nothing of lakesink's, reads all three by name: the
+row counts are what the topics hold and the new column is there. `validate` says whether the metastore answers."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import deltalake
+import pytest
+from confluent_kafka import Producer
+
+from connector.app.cli import main as cli_main
+from connector.local.ports import free_port
+from testkit import create_topic, wait_until
+from testkit.kafka import produce_json, watermarks
+from testkit.process import LakesinkProcess, pipeline_config
+from testkit.waiting import DRAIN_S
+
+pytestmark = pytest.mark.integration
+
+READER = Path(__file__).with_name("catalog_spark.py")
+CHECKOUT = Path(__file__).resolve().parents[2]
+FIRST, EVOLVED = 60, 25
+
+
+class CatalogSpark:
+    """tests/integration/catalog_spark.py: a Spark session with Hive support on `uri`, in a process of its own."""
+
+    def __init__(self, uri: str, warehouse: Path, log: Path):
+        self._log = open(log, "ab")
+        self.log = log
+        self.proc = subprocess.Popen([sys.executable, str(READER), uri, str(warehouse)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=CHECKOUT)
+
+    def wait_ready(self) -> None:
+        ready = self.proc.stdout.readline()
+        assert ready and json.loads(ready) == {"ready": True}, f"the Spark reader did not start; see {self.log}"
+
+    def sql(self, statement: str) -> list[list]:
+        self.proc.stdin.write(statement.replace("\n", " ") + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline())
+        assert "error" not in answer, f"{statement}: {answer['error']}"
+        return answer["rows"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()
+
+
+def _count(path: Path) -> int:
+    try:
+        return deltalake.DeltaTable(str(path)).to_pyarrow_table(columns=["_kafka_offset"]).num_rows
+    except Exception:  # noqa: BLE001 - no table there yet
+        return 0
+
+
+def _produce_evolved(bootstrap: str, topic: str, count: int) -> None:
+    """Records of the first shape with one more field, `coupon`."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(count):
+        record = {"id": 10_000 + i, "user": f"u{i}", "amount": i * 0.5, "kind": "click", "coupon": f"c{i}"}
+        producer.produce(topic, value=json.dumps(record).encode(), key=str(i).encode(), partition=i % 2)
+    assert producer.flush(60) == 0
+
+
+def _topic_rows(bootstrap: str, topic: str) -> int:
+    return sum(high - low for low, high in watermarks(bootstrap, topic, 2).values())
+
+
+def test_routed_tables_are_catalog_tables_that_a_fresh_session_reads_by_name(
+        kafka_bootstrap, admin, metastore, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    shop, ops = f"shop_{run}", f"ops_{run}"
+    evolving, plain, elsewhere = topics = [f"cat_{run}_{x}" for x in ("a", "b", "c")]
+    base = tmp_path / "tables"
+    moved = tmp_path / "elsewhere" / "c_table"
+    paths = {evolving: base / evolving, plain: base / plain, elsewhere: moved}
+    for topic in (evolving, plain):
+        create_topic(admin, topic, 2)
+        produce_json(kafka_bootstrap, topic, FIRST, 2)
+    # The third topic is made once its table is a catalog table at a location of its own: kafka.topic.regex starts
+    # its table's pipeline then, so that the reader's JVM and lakesink's start at the same time.
+    config = pipeline_config(
+        tmp_path, kafka_bootstrap, evolving, **{
+            "kafka.topic.regex": f"cat_{run}_[a-z]", "topic.refresh.interval.ms": "1000",
+            "target.table.name": "${topic}", "schema.evolution": "true", "catalog.type": "hive",
+            "catalog.hive.metastore.uris": metastore.uri, "catalog.database": shop,
+            f"table.{elsewhere}.catalog.database": ops})
+    config.write_text("".join(line + "\n" for line in config.read_text().splitlines()
+                              if not line.startswith("kafka.topic.names=")))
+    reader = CatalogSpark(metastore.uri, tmp_path / "warehouse", tmp_path / "reader.log")
+    try:
+        with LakesinkProcess("run", config, tmp_path / "lakesink.log") as sink:
+            reader.wait_ready()
+            reader.sql(f"CREATE DATABASE IF NOT EXISTS {ops}")
+            reader.sql(f"CREATE TABLE {ops}.{elsewhere} (id BIGINT, user STRING, amount DOUBLE, kind STRING) "
+                       f"USING delta LOCATION '{moved}'")
+            create_topic(admin, elsewhere, 2)
+            produce_json(kafka_bootstrap, elsewhere, FIRST, 2)
+            wait_until(lambda: _count(paths[evolving]) >= FIRST or not sink.alive(), DRAIN_S,
+                       f"the first commit of {evolving}")
+            _produce_evolved(kafka_bootstrap, evolving, EVOLVED)
+            expected = {topic: _topic_rows(kafka_bootstrap, topic) for topic in topics}
+            wait_until(lambda: all(_count(paths[t]) == expected[t] for t in topics) or not sink.alive(), DRAIN_S,
+                       f"every table to hold what its topic holds, {expected}")
+            assert sink.alive(), sink.tail()
+            assert sink.terminate() == 0, sink.tail()
+        assert not (base / elsewhere).exists(), "the configured path was written, not the catalog table's location"
+
+        assert sorted(r[1] for r in reader.sql(f"SHOW TABLES IN {shop}")) == sorted([evolving, plain])
+        assert [r[1] for r in reader.sql(f"SHOW TABLES IN {ops}")] == [elsewhere]
+        names = {evolving: f"{shop}.{evolving}", plain: f"{shop}.{plain}", elsewhere: f"{ops}.{elsewhere}"}
+        counts = reader.sql("SELECT " + ", ".join(f"(SELECT count(*) FROM {names[t]})" for t in topics)
+                            + f", (SELECT count(coupon) FROM {names[evolving]})")
+        assert counts == [[expected[t] for t in topics] + [EVOLVED]]
+        for topic in topics:
+            described = reader.sql(f"DESCRIBE TABLE EXTENDED {names[topic]}")
+            detail = {r[0]: r[1] for r in described}
+            assert detail["Type"] == "EXTERNAL" and detail["Provider"] == "delta", detail
+            assert Path(detail["Location"].removeprefix("file:")) == paths[topic].resolve(), detail
+            if topic == evolving:
+                assert {"coupon", "_kafka_offset"} <= set(detail), described
+    finally:
+        reader.close()
+
+
+def test_validate_says_whether_the_metastore_answers(kafka_bootstrap, make_topic, metastore, tmp_path, capsys):
+    topic = make_topic()
+    database = f"probe_{uuid.uuid4().hex[:8]}"
+    answering = pipeline_config(tmp_path, kafka_bootstrap, topic, name="up", **{
+        "catalog.type": "hive", "catalog.hive.metastore.uris": metastore.uri, "catalog.database": database})
+    assert cli_main(["validate", "--config", str(answering)]) == 0
+    said = capsys.readouterr().out
+    assert f"catalog {metastore.uri}: database {database} does not exist yet" in said, said
+
+    stopped = f"thrift://127.0.0.1:{free_port()}"  # nothing listens there: a metastore that is not running
+    down = pipeline_config(tmp_path, kafka_bootstrap, topic, name="down", **{
+        "catalog.type": "hive", "catalog.hive.metastore.uris": stopped})
+    assert cli_main(["validate", "--config", str(down)]) == 2
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("catalog ")]
+    assert len(lines) == 1 and "no Hive metastore answered" in lines[0] and stopped in lines[0], lines
