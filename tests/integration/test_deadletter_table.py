@@ -1,10 +1,11 @@
-"""The dead-letter table (errors.deadletterqueue.table.name) through two SIGKILLs of `lakesink run` between the
-dead-letter commit and the data commit: the table holds exactly the bad records, each once, with the bytes the
-topic holds (read back with a plain Consumer), the data table every good record once, and `lakesink verify` counts
-both against the topic."""
+"""The dead-letter table (errors.deadletterqueue.table.name) shared by the two tables of a `${topic}` connector,
+through two SIGKILLs of `lakesink run` between a dead-letter commit and its data commit: the dead-letter table holds
+exactly the bad records, each once, with the bytes the topics hold (read back with a plain Consumer), each data
+table every good record of its topic once, and `lakesink verify` counts both against the topics."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections import Counter
 
@@ -33,49 +34,55 @@ def _batch(n: int, tag: str) -> tuple[list, list, list[bool]]:
     return records, headers, bad
 
 
-def test_the_dead_letter_table_holds_exactly_the_bad_records_through_two_kills(kafka_bootstrap, make_topic, tmp_path,
-                                                                                spark):
+def test_a_shared_dead_letter_table_holds_exactly_the_bad_records_through_two_kills(kafka_bootstrap, make_topic,
+                                                                                    tmp_path, spark):
     from connector.app.verify_table import read_committed
     from connector.config import load_config
+    from connector.routing import plan
     from connector.storage.store import Location, Store
 
-    topic = make_topic(partitions=PARTITIONS)
-    dlq_name = f"dlq_{uuid.uuid4().hex[:6]}"
-    config = chaos_config(tmp_path, kafka_bootstrap, topic, **{
-        "errors.tolerance": "all", "errors.deadletterqueue.table.name": dlq_name})
+    topics = [make_topic(partitions=PARTITIONS) for _ in range(2)]
+    config = chaos_config(tmp_path, kafka_bootstrap, ",".join(topics), **{
+        "target.table.name": "${topic}", "errors.tolerance": "all",
+        "errors.deadletterqueue.table.name": f"dlq_{uuid.uuid4().hex[:6]}"})
     cfg = load_config(config)
+    tables = {p.cfg.kafka_topic_names[0]: p.cfg for p in plan(cfg)}  # topic -> its table's configuration
+    assert sorted(tables) == sorted(topics)
     dlq = Store(Location.parse(cfg.dead_letter_table_path))
     c = Cluster(tmp_path, config)
-    produced: list[tuple[int, int]] = []  # (partition, offset) of every record, in produce order
+    produced: list[tuple[str, int, int]] = []
     bad: set[tuple[str, int, int]] = set()
 
     def produce(n: int, tag: str) -> None:
-        records, headers, flags = _batch(n, tag)
-        where = produce_records(kafka_bootstrap, topic, records, headers)
-        produced.extend(where)
-        bad.update((topic, p, o) for (p, o), flag in zip(where, flags) if flag)
+        for topic in topics:
+            records, headers, flags = _batch(n, tag)
+            where = produce_records(kafka_bootstrap, topic, records, headers)
+            produced.extend((topic, p, o) for p, o in where)
+            bad.update((topic, p, o) for (p, o), flag in zip(where, flags) if flag)
 
     def dead_letter_offsets() -> list[tuple[str, int, int]]:
         dt = dlq.delta_table()
-        if dt is None:
-            return []
-        rows = dt.to_pyarrow_table(columns=["topic", "partition", "offset"]).to_pylist()
+        rows = dt.to_pyarrow_table(columns=["topic", "partition", "offset"]).to_pylist() if dt is not None else []
         return [(r["topic"], r["partition"], r["offset"]) for r in rows]
 
+    def data_offsets() -> set[tuple[str, int, int]]:
+        return {row for t in tables.values() for row in table_offsets(Store.for_config(t))}
+
     try:
-        # 1. the first txn's dead letters are committed, then the process dies before its data commit
-        produce(40, "a")
+        # 1. a txn's dead letters are committed, then the process dies before that txn's data commit
+        produce(30, "a")
         first = c.start("run", fault=STEP)
         c.wait_fault(first)
         letters = dead_letter_offsets()
         assert letters and set(letters) <= bad and len(letters) == len(set(letters))
-        committed = read_committed(cfg.table_path, cfg.name, c.table).offsets
+        committed = {tp: o for t in tables.values()
+                     for tp, o in read_committed(t.table_path, t.name, Store.for_config(t)).offsets.items()}
         assert any(committed.get((t, p)) is None or o >= committed[(t, p)] for t, p, o in letters), \
             f"the kill landed after the data commit, not between: {committed}"
 
-        # 2. read again from the data table's offsets, with more records: the same dead letters again (dropped),
-        # the new ones committed, and another kill before the data
-        produce(40, "b")
+        # 2. read again from the data tables' offsets, with more records: the dead letters already there are
+        # dropped, the new ones committed, and another kill before the data
+        produce(30, "b")
         second = c.start("run", fault=STEP)
         c.wait_fault(second)
         letters = dead_letter_offsets()
@@ -83,32 +90,37 @@ def test_the_dead_letter_table_holds_exactly_the_bad_records_through_two_kills(k
 
         # 3. a clean run drains everything, records produced while it runs included
         last = c.start("run")
-        produce(40, "c")
-        good = {(topic, p, o) for p, o in produced} - bad
+        produce(30, "c")
+        good = set(produced) - bad
 
         def drained():
             c.assert_alive(last)
-            return set(table_offsets(c.table)) == good and set(dead_letter_offsets()) == bad
+            return data_offsets() == good and set(dead_letter_offsets()) == bad
 
-        wait_until(drained, DRAIN_S, "every good record in the table and every bad one in the dead-letter table")
+        wait_until(drained, DRAIN_S, "every good record in its table and every bad one in the dead-letter table")
         assert last.terminate() == 0
     finally:
         c.close()
     assert c.faults_fired == [STEP, STEP]
 
-    # Spark reads both tables: each bad record once, as the topic holds it; each good record once
+    # Spark reads the tables: each bad record once, as its topic holds it, from its table's pipeline; each good
+    # record once in its topic's table
     rows = spark.read.format("delta").load(cfg.dead_letter_table_path).collect()
     assert Counter((r["topic"], r["partition"], r["offset"]) for r in rows) == Counter(bad)
-    sent = {(m.topic(), m.partition(), m.offset()): m for m in read_topic(kafka_bootstrap, topic, len(produced))}
+    sent = {(m.topic(), m.partition(), m.offset()): m
+            for topic in topics for m in read_topic(kafka_bootstrap, topic, sum(t == topic for t, _, _ in produced))}
     for r in rows:
         m = sent[(r["topic"], r["partition"], r["offset"])]
         assert (bytes(r["value"]), bytes(r["key"])) == (m.value(), m.key())
         assert [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]] == m.headers()
         assert int(r["timestamp"].timestamp() * 1000) == m.timestamp()[1]
-        assert (r["stage"], r["connector"]) == ("convert", cfg.name) and r["error_class"] and r["message"]
-    data = spark.read.format("delta").load(cfg.table_path).select("_kafka_topic", "_kafka_partition",
-                                                                  "_kafka_offset").collect()
-    assert Counter(tuple(r) for r in data) == Counter(good)
+        assert (r["stage"], r["connector"]) == ("convert", tables[r["topic"]].name)
+        assert r["error_class"] and r["message"]
+    for topic, t in tables.items():
+        data = spark.read.format("delta").load(t.table_path).select("_kafka_topic", "_kafka_partition",
+                                                                    "_kafka_offset").collect()
+        assert Counter(tuple(r) for r in data) == Counter(x for x in good if x[0] == topic)
 
     report = c.verify()
-    assert f"dead_lettered={len(bad)} dead_letter_rows={len(bad)} dead_letter_duplicated=0 gaps=0" in report, report
+    counts = re.findall(r"dead_lettered=(\d+) dead_letter_rows=(\d+) dead_letter_duplicated=(\d+) gaps=0", report)
+    assert sorted(counts) == sorted((str(n), str(n), "0") for n in Counter(t for t, _, _ in bad).values()), report
