@@ -124,3 +124,49 @@ def test_a_shared_dead_letter_table_holds_exactly_the_bad_records_through_two_ki
     report = c.verify()
     counts = re.findall(r"dead_lettered=(\d+) dead_letter_rows=(\d+) dead_letter_duplicated=(\d+) gaps=0", report)
     assert sorted(counts) == sorted((str(n), str(n), "0") for n in Counter(t for t, _, _ in bad).values()), report
+
+
+def test_rows_a_constraint_rejects_go_to_the_dead_letter_table_alone_once(kafka_bootstrap, make_topic, tmp_path,
+                                                                           spark):
+    """A table with a CHECK constraint and no dead-letter topic: the rows it rejects at the commit are rows of stage
+    `constraint` in the dead-letter table, with their records' bytes, and verify counts them."""
+    import json
+
+    from connector.app.verify import verify
+    from connector.config import config_from_dict
+    from testkit.pipeline import META, Sink
+
+    table = tmp_path / "tables" / "amounts"
+    spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT, amount DOUBLE, {META}) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT amount_nonneg CHECK (amount >= 0)")
+    topic = make_topic(partitions=PARTITIONS)
+    records = [(i % PARTITIONS, str(i).encode(), json.dumps({"id": i, "amount": -1.0 if i % 10 == 3 else i}).encode())
+               for i in range(120)]
+    where = produce_records(kafka_bootstrap, topic, records)
+    rejected = {(topic, p, o) for (p, o), (_, _, v) in zip(where, records) if json.loads(v)["amount"] < 0}
+    name = f"dlqc-{uuid.uuid4().hex[:8]}"
+    cfg = config_from_dict({
+        "name": name, "kafka.bootstrap.servers": kafka_bootstrap, "kafka.topic.names": topic,
+        "control.topic.name": f"control-{name}", "target.base.path": str(table.parent), "target.table.name": "amounts",
+        "transaction.interval.ms": "1500", "consumer.session.timeout.ms": "6000", "errors.tolerance": "all",
+        "errors.deadletterqueue.table.name": "amounts_dlq"})
+    dlq = cfg.dead_letter_table_path
+
+    with Sink(cfg, spark) as sink:
+        def done():
+            assert not sink.errors, sink.errors
+            return set(table_offsets(table)) == {(topic, p, o) for p, o in where} - rejected
+        wait_until(done, DRAIN_S, "every row the constraint accepts in the table")
+        assert not sink.errors, sink.errors
+
+    rows = spark.read.format("delta").load(dlq).collect()
+    assert Counter((r["topic"], r["partition"], r["offset"]) for r in rows) == Counter(rejected)
+    sent = {(m.topic(), m.partition(), m.offset()): m for m in read_topic(kafka_bootstrap, topic, len(records))}
+    for r in rows:
+        m = sent[(r["topic"], r["partition"], r["offset"])]
+        assert (bytes(r["value"]), bytes(r["key"])) == (m.value(), m.key())
+        assert (r["stage"], r["error_class"], r["connector"]) == ("constraint", "ConstraintViolation", name)
+        assert "amount_nonneg" in r["message"] and "amount >= 0" in r["message"]
+    report = verify(cfg)
+    assert report.ok and report.totals()["dead_lettered"] == len(rejected), report.render()
+    assert report.totals()["dead_letter_rows"] == len(rejected), report.render()
