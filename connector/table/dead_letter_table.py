@@ -153,6 +153,14 @@ class DeadLetterTable:
         dt = self.snapshot() if dt is None else dt
         return {i: (dt.transaction_version(i) if dt is not None else None) for i in ids}
 
+    def _check_schema(self, dt) -> None:
+        """A table of that name made by something else (a data table, say) is never written to: one line, for good."""
+        names = None if dt is None else [f.name for f in dt.schema().fields]
+        if names is not None and names != SCHEMA.names:
+            raise CommitError(f"the dead-letter table {self.name} at {self.store.root.delta_uri} has the columns "
+                              f"{', '.join(names)}, not those of a dead-letter table ({', '.join(SCHEMA.names)}): "
+                              f"set errors.deadletterqueue.table.name to a table of its own", permanent=True)
+
     def snapshot(self):
         """The table's newest snapshot through delta-rs, None before its first commit."""
         return self.store.delta_table()
@@ -172,6 +180,7 @@ class DeadLetterTable:
             # the commit is checked against the snapshot the versions were read in: a commit of one of these app
             # ids since then fails it (delta-rs's conflict check), and the next attempt reads them again
             dt = self.snapshot()
+            self._check_schema(dt)
             marks = self.watermarks(ids, dt)
             parts, txns = [], []
             for i, g in ids.items():

@@ -146,6 +146,19 @@ def test_a_commit_racing_one_of_the_same_app_id_is_tried_again_and_adds_nothing_
     assert _offsets(other) == [("orders", 0, 3), ("orders", 0, 17), ("orders", 1, 1)]
 
 
+def test_a_table_of_that_name_that_is_not_a_dead_letter_table_is_refused_for_good(tmp_path):
+    from deltalake import write_deltalake
+
+    from connector.errors import CommitError
+
+    table = _table(tmp_path)
+    write_deltalake(table.store.root.delta_uri, pa.table({"id": [1], "amount": [2.0]}))
+    with pytest.raises(CommitError, match="has the columns id, amount, not those of a dead-letter table") as caught:
+        table.commit("orders", [Group("orders", 0, 5, rows_table([_row(1)], "orders", 0))])
+    assert caught.value.permanent
+    assert table.store.delta_table().version() == 0
+
+
 def test_tolerance_all_takes_the_dead_letter_table_alone_and_refuses_it_as_the_data_table():
     cfg = config_from_dict({**BASE, "errors.tolerance": "all", "errors.deadletterqueue.table.name": "orders_dlq"},
                            env={})
