@@ -315,6 +315,11 @@ class CoordinatorService:
         started = self.clock.monotonic()
         if not any(f.rows for s in c.statuses for f in s.files) and c.offsets == self.state.committed_offsets \
                 and not self._txn_refresh_due():
+            if getattr(self.sink, "catalog_pending", False):  # a table whose catalog entry failed waits for no data
+                try:
+                    self.sink.register_catalog()
+                except CommitError as exc:
+                    return self._on_commit_failed(c, exc)
             return self.state.on_commit_skipped()
         self._check_not_restored()
         try:

@@ -146,11 +146,19 @@ def _refusal(kafka: KafkaClients) -> str | None:
 def collect(cfg: LakesinkConfig, refusal: Callable[[KafkaClients], str | None] = _refusal) -> dict[str, Any]:
     """Everything `status` shows of one table, as one JSON-ready dict. `refusal`: whether the brokers answer (the
     tables of one connector share them, so `collect_tables` asks once)."""
+    from connector.table.catalog import CatalogConflictError, CatalogUnavailableError, located
+
+    try:
+        cfg, catalog_problem = located(cfg), None  # an existing catalog table's location is the table
+    except (CatalogUnavailableError, CatalogConflictError) as exc:
+        catalog_problem = f"catalog: {exc}; the configured path is shown"
     out: dict[str, Any] = {"connector": cfg.name, "table_path": cfg.table_path, "control_topic": cfg.control_topic_name,
                            "source_topics": list(cfg.topics_description), "write_mode": cfg.write_mode,
                            "key_fields": list(cfg.record_key_fields), "problems": []}
     kafka = KafkaClients.of(cfg)
     refused = refusal(kafka)
+    if catalog_problem is not None:
+        out["problems"].append(catalog_problem)
     if refused is not None:  # the table's part is still shown
         out["problems"].append(refused)
     try:

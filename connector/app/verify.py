@@ -70,6 +70,7 @@ from connector.routing import Route
 from connector.schema.columns import COORDINATES
 from connector.errors import LakesinkError, SetupError
 from connector.storage.store import Location, Store
+from connector.table.catalog import CatalogConflictError, CatalogUnavailableError, located
 from connector.upsert import UpsertSpec
 from participant.route import RecordRouter
 
@@ -200,6 +201,10 @@ def verify(cfg: LakesinkConfig, use_kafka: bool = True, kafka_budget: int = 10_0
             f"connector {cfg.name!r} runs with connect.meta.data=false: its rows carry no _kafka_topic/_kafka_partition/"
             f"_kafka_offset columns, so verify cannot compare them with the committed offsets. Set "
             f"connect.meta.data=true (it applies to a new table; an existing table keeps its schema)")
+    try:
+        cfg = located(cfg)  # an existing catalog table's location is the table
+    except (CatalogUnavailableError, CatalogConflictError) as exc:
+        raise VerifyError(f"the table's catalog entry cannot be read: {exc}") from None
     spec = UpsertSpec.from_config(cfg)
     store = Store.for_config(cfg)
     state = read_committed(cfg.table_path, cfg.name, store)

@@ -260,6 +260,11 @@ class DeltaTableSink:
             self.register_catalog()
         return replace(result, dead_lettered=rejected)
 
+    @property
+    def catalog_pending(self) -> bool:
+        """catalog.type=hive and step 4 has not gone through yet: an idle coordinator retries it alone."""
+        return self.catalog is not None and not self._catalog_registered
+
     def register_catalog(self) -> None:
         """Step 4: the catalog table of a table that exists on storage, once per sink (both statements are
         idempotent, so a restart or a second coordinator repeats them harmlessly). A metastore that does not answer

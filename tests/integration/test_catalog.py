@@ -135,6 +135,51 @@ def test_routed_tables_are_catalog_tables_that_a_fresh_session_reads_by_name(
         reader.close()
 
 
+def test_a_metastore_down_at_the_first_commit_delays_the_catalog_table_and_loses_nothing(
+        kafka_bootstrap, make_topic, metastore, tmp_path):
+    topic = make_topic(partitions=2)
+    database = f"late_{uuid.uuid4().hex[:8]}"
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{
+        "catalog.type": "hive", "catalog.hive.metastore.uris": metastore.uri, "catalog.database": database,
+        "retry.backoff.ms": "500"})
+    table = tmp_path / "tables" / "events"
+    log = tmp_path / "lakesink.log"
+    try:
+        with LakesinkProcess("run", config, log) as sink:
+            wait_until(lambda: "committed offsets" in log.read_text() or not sink.alive(), DRAIN_S,
+                       "the coordinator's start (the metastore answered its look-up)")
+            metastore.kill()
+            produce_json(kafka_bootstrap, topic, FIRST, 2)
+            wait_until(lambda: "could not be created" in log.read_text() or not sink.alive(), DRAIN_S,
+                       "a commit that waits for the metastore")
+            metastore.start()
+            expected = _topic_rows(kafka_bootstrap, topic)
+            wait_until(lambda: _registered(metastore.port, database) or not sink.alive(), DRAIN_S,
+                       "the catalog table, once the metastore is back")
+            assert sink.alive(), sink.tail()
+            assert sink.terminate() == 0, sink.tail()
+    finally:
+        if metastore.proc is None:
+            metastore.start()
+    offsets = deltalake.DeltaTable(str(table)).to_pyarrow_table(columns=["_kafka_partition", "_kafka_offset"])
+    assert sorted(zip(*offsets.to_pydict().values())) == sorted(
+        (p, o) for p, (low, high) in watermarks(kafka_bootstrap, topic, 2).items() for o in range(low, high))
+    assert offsets.num_rows == expected
+    assert _registered(metastore.port, database) == str(table)
+
+
+def _registered(port: int, database: str) -> str | None:
+    """Where the metastore's table `database`.events keeps its data (Spark's `path` storage parameter)."""
+    from pymetastore.metastore import HMS
+
+    try:
+        with HMS.create("127.0.0.1", port) as hms:
+            table = hms.client.get_table(database, "events")
+    except Exception:  # noqa: BLE001 - not there (yet), or the metastore not answering yet
+        return None
+    return table.sd.serdeInfo.parameters["path"].removeprefix("file:")
+
+
 def test_validate_says_whether_the_metastore_answers(kafka_bootstrap, make_topic, metastore, tmp_path, capsys):
     topic = make_topic()
     database = f"probe_{uuid.uuid4().hex[:8]}"
