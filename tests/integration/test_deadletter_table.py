@@ -170,3 +170,42 @@ def test_rows_a_constraint_rejects_go_to_the_dead_letter_table_alone_once(kafka_
     report = verify(cfg)
     assert report.ok and report.totals()["dead_lettered"] == len(rejected), report.render()
     assert report.totals()["dead_letter_rows"] == len(rejected), report.render()
+
+
+def test_tables_sharing_a_dead_letter_table_on_s3_append_at_once_each_row_once(s3_server):
+    """Three data tables' coordinators commit to one dead-letter table on the S3 server at once (delta-rs commits
+    with a conditional put there): every row lands once, and each app id's version is its last next offset."""
+    import threading
+
+    from connector.storage.store import Location, S3Settings, Store
+    from connector.table.dead_letter_table import DeadLetterRow, DeadLetterTable, Group, app_id, rows_table
+
+    s3 = S3Settings(endpoint=s3_server.endpoint, path_style=True, access_key=s3_server.access_key,
+                    secret_key=s3_server.secret_key)
+    uri = f"s3://{s3_server.bucket}/dlq-{uuid.uuid4().hex[:8]}/dead_letters"
+    errors: list[BaseException] = []
+
+    def table_coordinator(name: str) -> None:
+        table = DeadLetterTable(Store(Location.parse(uri), s3), "dead_letters")
+        try:
+            for txn in range(3):
+                row = DeadLetterRow("orders", 0, txn * 10 + 1, None, None, f"{name}-{txn}".encode(), [], "InvalidJson",
+                                    "not JSON", "convert")
+                table.commit(name, [Group("orders", 0, (txn + 1) * 10, rows_table([row], name, 0))])
+                table.commit(name, [Group("orders", 0, (txn + 1) * 10, rows_table([row], name, 0))])  # replayed
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=table_coordinator, args=(f"sink.t{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    store = Store(Location.parse(uri), s3)
+    got = store.delta_table().to_pyarrow_table(columns=["connector", "value"]).to_pylist()
+    assert Counter((r["connector"], r["value"]) for r in got) == Counter(
+        (f"sink.t{i}", f"sink.t{i}-{txn}".encode()) for i in range(3) for txn in range(3))
+    table = DeadLetterTable(store, "dead_letters")
+    assert table.watermarks([app_id(f"sink.t{i}", "orders", 0) for i in range(3)]) == \
+        {app_id(f"sink.t{i}", "orders", 0): 30 for i in range(3)}
