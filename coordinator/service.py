@@ -57,7 +57,7 @@ from coordinator.deadletters import ConstraintDeadLetters
 from coordinator.offsets import OffsetSettings, SourceOffsets
 from coordinator.progress import CoordinatorStats, ProgressReport, ProgressSettings
 from coordinator.state import IGNORE_REASONS, Commit, CoordinatorState, Effect, Phase, Send
-from coordinator.warmup import SparkWarmUp, StoppedBeforeSpark
+from coordinator.warmup import MERGE_WARM_UP_MIN_S, SparkWarmUp, StoppedBeforeSpark, warm_commit_path
 from connector.schema.algebra import schema_to_text
 
 log = logging.getLogger(__name__)
@@ -511,7 +511,10 @@ def build_coordinator(cfg: LakesinkConfig, clock: Clock | None = None, spark_fac
     metrics = metrics or Metrics()
     store = Store.for_config(cfg)
     kafka = KafkaClients.of(cfg)
-    spark = SparkWarmUp(spark_factory or (lambda: build_spark(cfg, cfg.write_mode != "append")))
+    merges = cfg.write_mode != "append"
+    warm_merge = merges and cfg.transaction_interval_ms / 1000 >= MERGE_WARM_UP_MIN_S
+    spark = SparkWarmUp(spark_factory) if spark_factory is not None else SparkWarmUp(
+        lambda: build_spark(cfg, merges), lambda session: warm_commit_path(session, warm_merge))
     dead_letter_table = DeadLetterTable(Store(Location.parse(cfg.dead_letter_table_path), store.s3),
                                         cfg.errors_deadletterqueue_table_name) \
         if cfg.errors_tolerance == "all" and cfg.dead_letter_table_path is not None else None

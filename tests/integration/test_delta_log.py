@@ -158,3 +158,21 @@ def test_a_commit_from_a_thread_of_its_own_on_a_table_another_writer_checkpointe
     assert outcome == [2], outcome
     assert sorted(r.id for r in spark.read.format("delta").load(str(table)).collect()) == [1, 2, 3]
     assert (table / "_delta_log" / f"{2:020d}.crc").exists(), "the commit ran to its end, checksum included"
+
+
+def test_the_commit_path_warm_up_commits_and_merges_a_scratch_table_and_leaves_nothing(spark, tmp_path, monkeypatch,
+                                                                                        caplog):
+    """coordinator/warmup.py's warm_commit_path, on the session's Spark: its table in a temporary directory of its own,
+    removed after; the caller's session settings untouched (its MERGE runs in a session of its own)."""
+    import logging
+    import tempfile
+
+    from coordinator.warmup import warm_commit_path
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = spark.conf.get("spark.databricks.delta.write.txnAppId", None)
+    with caplog.at_level(logging.INFO, logger="coordinator.warmup"):
+        warm_commit_path(spark, merges=True)
+    assert "the commit path was warmed up in" in caplog.text
+    assert list(tmp_path.iterdir()) == [], "the scratch table is removed"
+    assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) == before
