@@ -158,6 +158,8 @@ def _cmd_validate(args) -> int:
         return 2
     if store.root.is_s3 and _validate_storage(store, cfg.name):
         return 2
+    if _validate_dead_letter_table(cfg):
+        return 2
     if _validate_kafka(cfg):
         return 2
     if _validate_registry(cfg):
@@ -283,6 +285,30 @@ def _validate_kafka(cfg) -> int:
 
 
 VALIDATE_KAFKA_TIMEOUT_S = 15.0
+
+
+def _validate_dead_letter_table(cfg) -> int:
+    """errors.deadletterqueue.table.name: a table of that name that is not a dead-letter table is refused (exit 2)."""
+    if cfg.dead_letter_table_path is None:
+        return 0
+    from connector.storage.store import Location, S3Settings, Store
+    from connector.table.dead_letter_table import DeadLetterTable
+
+    table = DeadLetterTable(Store(Location.parse(cfg.dead_letter_table_path), S3Settings.from_config(cfg)),
+                            cfg.errors_deadletterqueue_table_name)
+    try:
+        dt = table.snapshot()
+        refusal = table.refusal(dt)
+    except Exception as exc:  # noqa: BLE001 - delta-rs cannot read the table's log
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        _say(f"dead-letter table {cfg.dead_letter_table_path}: cannot be read ({why})")
+        return 2
+    if refusal:
+        _say(refusal)
+        return 2
+    _say(f"dead-letter table {cfg.dead_letter_table_path}: "
+         + ("exists" if dt is not None else "does not exist yet; the first record error creates it"))
+    return 0
 
 
 def _validate_storage(store, connector: str) -> int:

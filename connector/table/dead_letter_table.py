@@ -153,13 +153,21 @@ class DeadLetterTable:
         dt = self.snapshot() if dt is None else dt
         return {i: (dt.transaction_version(i) if dt is not None else None) for i in ids}
 
-    def _check_schema(self, dt) -> None:
-        """A table of that name made by something else (a data table, say) is never written to: one line, for good."""
+    def refusal(self, dt=None) -> str | None:
+        """Why a table of that name made by something else (a data table, say) is never written to, in one line;
+        None for a dead-letter table or none yet. `dt`: the snapshot to check (default: the newest)."""
+        dt = self.snapshot() if dt is None else dt
         names = None if dt is None else [f.name for f in dt.schema().fields]
-        if names is not None and names != SCHEMA.names:
-            raise CommitError(f"the dead-letter table {self.name} at {self.store.root.delta_uri} has the columns "
-                              f"{', '.join(names)}, not those of a dead-letter table ({', '.join(SCHEMA.names)}): "
-                              f"set errors.deadletterqueue.table.name to a table of its own", permanent=True)
+        if names is None or names == SCHEMA.names:
+            return None
+        return (f"the dead-letter table {self.name} at {self.store.root.delta_uri} has the columns {', '.join(names)}, "
+                f"not those of a dead-letter table ({', '.join(SCHEMA.names)}): set errors.deadletterqueue.table.name "
+                f"to a table of its own")
+
+    def _check_schema(self, dt) -> None:
+        refused = self.refusal(dt) if dt is not None else None
+        if refused:
+            raise CommitError(refused, permanent=True)
 
     def snapshot(self):
         """The table's newest snapshot through delta-rs, None before its first commit."""

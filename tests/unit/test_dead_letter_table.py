@@ -230,3 +230,18 @@ def test_the_sweep_deletes_staged_dead_letter_files_of_txns_that_can_no_longer_c
     assert result.deleted == 1
     assert store.read_bytes(over) is None  # epoch 1's txn 9 is below epoch 2's txn 5: it never commits now
     assert store.read_bytes(waiting) is not None and store.read_bytes(other) is not None
+
+
+def test_validate_refuses_a_dead_letter_table_name_that_holds_another_table(tmp_path, capsys):
+    from deltalake import write_deltalake
+
+    from connector.app.cli import main
+
+    write_deltalake(str(tmp_path / "orders"), pa.table({"id": [1]}))
+    config = tmp_path / "sink.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in {
+        **BASE, "target.base.path": str(tmp_path), "target.table.name": "events", "errors.tolerance": "all",
+        "errors.deadletterqueue.table.name": "orders"}.items()))
+
+    assert main(["validate", "--config", str(config)]) == 2
+    assert "has the columns id, not those of a dead-letter table" in capsys.readouterr().out
