@@ -332,6 +332,18 @@ def _validate_table(cfg, store) -> int:
     from connector.table.features import read_profile
     from connector.table.preflight import config_refusal
 
+    from connector.storage.store import Store
+    from connector.table.catalog import CatalogConflictError, CatalogUnavailableError, located
+
+    try:
+        found = located(cfg)  # an existing catalog table's location is the table
+    except (CatalogUnavailableError, CatalogConflictError) as exc:
+        _say(f"table {cfg.table_path}: its catalog entry: {exc}")
+        return 2
+    if found.table_path != cfg.table_path:
+        _say(f"table {cfg.table_path}: the catalog table {cfg.catalog_database}.{cfg.target_table_name} is at "
+             f"{found.table_path}, which lakesink writes")
+        cfg, store = found, Store.for_config(found)
     try:
         table = store.delta_table()
         profile = read_profile(table) if table is not None else None

@@ -79,7 +79,7 @@ def _topic_rows(bootstrap: str, topic: str) -> int:
 
 
 def test_routed_tables_are_catalog_tables_that_a_fresh_session_reads_by_name(
-        kafka_bootstrap, admin, metastore, tmp_path):
+        kafka_bootstrap, admin, metastore, tmp_path, capsys):
     run = uuid.uuid4().hex[:8]
     shop, ops = f"shop_{run}", f"ops_{run}"
     evolving, plain, elsewhere = topics = [f"cat_{run}_{x}" for x in ("a", "b", "c")]
@@ -117,6 +117,8 @@ def test_routed_tables_are_catalog_tables_that_a_fresh_session_reads_by_name(
             assert sink.alive(), sink.tail()
             assert sink.terminate() == 0, sink.tail()
         assert not (base / elsewhere).exists(), "the configured path was written, not the catalog table's location"
+        assert cli_main(["validate", "--config", str(config)]) == 0
+        assert f"the catalog table {ops}.{elsewhere} is at {moved}, which lakesink writes" in capsys.readouterr().out
 
         assert sorted(r[1] for r in reader.sql(f"SHOW TABLES IN {shop}")) == sorted([evolving, plain])
         assert [r[1] for r in reader.sql(f"SHOW TABLES IN {ops}")] == [elsewhere]
