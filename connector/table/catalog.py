@@ -117,15 +117,15 @@ class CatalogTable:
             except ttypes.NoSuchObjectException:
                 client.create_database(ttypes.Database(name=probe, description="lakesink validate probe",
                                                        parameters={}))
-                client.drop_database(probe, False, True)
+                client.drop_database(probe, True, True)  # with its directory
                 return f"database {self.database} does not exist yet (the first commit creates it); databases " \
                        f"can be created"
-            table = ttypes.Table(tableName=probe, dbName=self.database, tableType="EXTERNAL_TABLE",
-                                 parameters={"EXTERNAL": "TRUE"}, partitionKeys=[],
+            table = ttypes.Table(tableName=probe, dbName=self.database, tableType="MANAGED_TABLE", parameters={},
+                                 partitionKeys=[],
                                  sd=ttypes.StorageDescriptor(cols=[], serdeInfo=ttypes.SerDeInfo(parameters={}),
                                                              parameters={}))
             client.create_table(table)
-            client.drop_table(self.database, probe, False)
+            client.drop_table(self.database, probe, True)  # with its directory in the database's location
             return f"database {self.database} is writable"
 
         try:

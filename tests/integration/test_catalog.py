@@ -190,6 +190,14 @@ def test_validate_says_whether_the_metastore_answers(kafka_bootstrap, make_topic
     assert cli_main(["validate", "--config", str(answering)]) == 0
     said = capsys.readouterr().out
     assert f"catalog {metastore.uri}: database {database} does not exist yet" in said, said
+    from pymetastore.hive_metastore.ttypes import Database
+    from pymetastore.metastore import HMS
+
+    with HMS.create("127.0.0.1", metastore.port) as hms:
+        hms.client.create_database(Database(name=database, parameters={}))
+        assert cli_main(["validate", "--config", str(answering)]) == 0
+        assert f"catalog {metastore.uri}: database {database} is writable" in capsys.readouterr().out
+        assert hms.client.get_all_tables(database) == []  # the probe table is gone
 
     stopped = f"thrift://127.0.0.1:{free_port()}"  # nothing listens there: a metastore that is not running
     down = pipeline_config(tmp_path, kafka_bootstrap, topic, name="down", **{
