@@ -6,9 +6,10 @@ commit never has to tell the catalog of a new column. Two jobs, on two sides:
 
 - `location()` and `check_writable()` ask the metastore over its Thrift API (JVM-free: the workers, `validate` and the
   coordinator alike find the location of an existing catalog table before they touch storage);
-- `register(spark, location)` makes the catalog table with the coordinator's Spark session (Hive support on),
-  `CREATE DATABASE IF NOT EXISTS` and `CREATE TABLE IF NOT EXISTS ... USING delta LOCATION`, once the table exists on
-  storage: what Spark itself writes into the metastore is what other Spark sessions read back.
+- `register(spark, location)` makes the database when absent (over Thrift, so that the metastore places it in its own
+  warehouse) and the catalog table with the coordinator's Spark session (Hive support on),
+  `CREATE TABLE IF NOT EXISTS ... USING delta LOCATION`, once the table exists on storage: what Spark itself writes
+  into the metastore is what other Spark sessions read back.
 
 A metastore that does not answer raises `CatalogUnavailableError`; the commit path turns it into a transient
 CommitError, retried as any other (connector/table/sink.py).
@@ -134,6 +135,26 @@ class CatalogTable:
             raise CatalogConflictError(f"the metastore refused a table in database {self.database}: "
                                        f"{getattr(exc, 'message', exc)}") from None
 
+    def ensure_database(self) -> None:
+        """The database, created when absent by the metastore itself, in its own warehouse: Spark's CREATE DATABASE
+        would record the coordinator session's spark.sql.warehouse.dir, a directory of the coordinator's machine, as
+        the location of every managed table another engine makes in it."""
+        from pymetastore.hive_metastore import ttypes
+
+        def ensure(client):
+            try:
+                client.get_database(self.database)
+                return
+            except ttypes.NoSuchObjectException:
+                pass
+            try:
+                client.create_database(ttypes.Database(name=self.database, description="created by lakesink",
+                                                       parameters={}))
+            except ttypes.AlreadyExistsException:  # another coordinator's, made meanwhile
+                pass
+
+        self._call(ensure)
+
     def _call(self, work):
         """`work(client)` on the first metastore of `uris` that accepts a connection."""
         from pymetastore.hive_metastore import ThriftHiveMetastore
@@ -170,7 +191,7 @@ class CatalogTable:
         if spark.conf.get("spark.sql.catalogImplementation", "in-memory") != "hive":
             raise CatalogConflictError("catalog.type=hive needs the coordinator's Spark session built with Hive "
                                        "support (spark.sql.catalogImplementation=hive)")
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+        self.ensure_database()
         spark.sql(f"CREATE TABLE IF NOT EXISTS {self.sql_name} USING delta LOCATION '{_quoted(where.spark_path)}'")
         found = self.location()
         if found is None or Location.parse(found) != where:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -122,6 +123,10 @@ def test_routed_tables_are_catalog_tables_that_a_fresh_session_reads_by_name(
 
         assert sorted(r[1] for r in reader.sql(f"SHOW TABLES IN {shop}")) == sorted([evolving, plain])
         assert [r[1] for r in reader.sql(f"SHOW TABLES IN {ops}")] == [elsewhere]
+        # the database lakesink made is in the metastore's own warehouse, not in a directory of the coordinator's
+        location = dict(reader.sql(f"DESCRIBE DATABASE {shop}"))["Location"]
+        assert Path(urllib.parse.urlparse(location).path) == metastore.data_dir.resolve() / "warehouse" / f"{shop}.db", \
+            location
         names = {evolving: f"{shop}.{evolving}", plain: f"{shop}.{plain}", elsewhere: f"{ops}.{elsewhere}"}
         counts = reader.sql("SELECT " + ", ".join(f"(SELECT count(*) FROM {names[t]})" for t in topics)
                             + f", (SELECT count(coupon) FROM {names[evolving]})")

@@ -96,7 +96,7 @@ def test_a_metastore_that_does_not_answer_is_named_in_one_line():
 
 class _Session:
     """The two calls register makes of a Spark session: its catalog implementation, and SQL that fails as the Hive
-    client does when the metastore is gone."""
+    client does when the metastore is gone (the metastore's own Thrift call fails before it here)."""
 
     def __init__(self, error: Exception, implementation: str = "hive"):
         self.error = error
@@ -107,8 +107,8 @@ class _Session:
 
 
 def test_a_catalog_table_that_cannot_be_made_fails_the_commit_for_a_retry(tmp_path, monkeypatch):
-    sink = DeltaTableSink(str(tmp_path / "orders"), "shop", catalog=CatalogTable(("thrift://hms:9083",), "shop",
-                                                                                 "orders"))
+    down = CatalogTable((f"thrift://127.0.0.1:{free_port()}",), "shop", "orders", timeout_s=5)  # no metastore
+    sink = DeltaTableSink(str(tmp_path / "orders"), "shop", catalog=down)
     monkeypatch.setattr(sink, "exists", lambda: True)
     monkeypatch.setattr(sink._session, "get", lambda: _Session(RuntimeError("Could not connect to meta store")))
     with pytest.raises(CommitError) as caught:
