@@ -320,6 +320,7 @@ class CoordinatorService:
                     self.sink.register_catalog()
                 except CommitError as exc:
                     return self._on_commit_failed(c, exc)
+                self.metrics.catalog_problem = None
             return self.state.on_commit_skipped()
         self._check_not_restored()
         try:
@@ -344,6 +345,7 @@ class CoordinatorService:
             return self.state.on_commit_skipped()
         self._table_known = True
         self._retries.succeeded()
+        self.metrics.catalog_problem = None
         if result.table_version is not None:
             self._last_committed = (result.table_version, c.version, dict(c.offsets))
         duration = self.clock.monotonic() - started
@@ -430,6 +432,7 @@ class CoordinatorService:
         the pause calls _discard_failed); until then the state machine waits for this commit's outcome."""
         self.stats.commit_failures += 1
         self.metrics.txn_discarded.inc()
+        self.metrics.catalog_problem = getattr(self.sink, "catalog_error", None)  # /health names a waiting catalog
         failure = classify(exc)
         if failure is Failure.PERMANENT:
             self._retries.failed()

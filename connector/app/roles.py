@@ -94,7 +94,8 @@ class Roles:
         coordinator's txn has waited longer than an interval for some partitions' write statuses (a rebalance, a
         worker that died), which `waiting_for_write_status` lists. `degraded` (unhealthy) while the last
         `dead_letter_txns` committed txns with records (health.deadletter.transactions) dead-lettered every one of
-        them: every loop runs, but no record reaches the table (`dead_lettering` says since when). `draining`: a
+        them: every loop runs, but no record reaches the table (`dead_lettering` says since when), or while the
+        table's catalog entry waits for the metastore (`catalog` says why; its data commits go on). `draining`: a
         graceful stop commits the txn in flight. Once a loop has failed (a commit the coordinator gave up, say),
         `error` is its error until the process exits."""
         roles: dict[str, dict[str, Any]] = {}
@@ -116,6 +117,7 @@ class Roles:
             streak.transactions >= self.dead_letter_txns
         registry_waiting = int(self.metrics.value("schema_registry_waiting_partitions") or 0) \
             if self.metrics is not None else 0
+        catalog_problem = self.metrics.catalog_problem if self.metrics is not None else None
         if self.stop.is_set():
             status = "failed" if self.errors else "stopping"
         elif self.drain.is_set():
@@ -124,7 +126,7 @@ class Roles:
             status = "stalled" if "stalled" in states else "failed"
         elif "starting" in states:
             status = "starting"
-        elif dead_lettering or registry_waiting:
+        elif dead_lettering or registry_waiting or catalog_problem:
             status = "degraded"
         else:
             status = "waiting" if waiting is not None else "ok"
@@ -137,6 +139,8 @@ class Roles:
             body["dead_lettering"] = {**streak.describe(), "threshold": self.dead_letter_txns}
         if registry_waiting:
             body["schema_registry"] = {"waiting_partitions": registry_waiting, "error": self.metrics.registry_problem}
+        if catalog_problem:
+            body["catalog"] = {"error": catalog_problem}
         if self.errors:
             body["error"] = str(self.errors[0])
         return status in ("ok", "starting", "waiting"), body

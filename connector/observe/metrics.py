@@ -108,6 +108,8 @@ class Metrics:
                                  registry=r)
         self.registry_problem: str | None = None
         """The schema registry's last failure while some partition waits for it."""
+        self.catalog_problem: str | None = None
+        """The metastore's last failure while the table's catalog entry waits for it (catalog.type=hive)."""
         # both
         self.control_ignored = Counter("control_messages_ignored",
                                        "Control messages ignored, by the role that ignored them and why.",

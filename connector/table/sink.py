@@ -98,6 +98,7 @@ class DeltaTableSink:
     # the sink's own Spark session, made once from spark_factory's (connector/table/write_paths.py)
     _session: TableSession = field(init=False, repr=False)
     _catalog_registered: bool = field(default=False, repr=False)
+    catalog_error: str | None = field(default=None, repr=False)  # step 4's last failure, until it goes through
     # Delta's checkpoints of this sink's commits, written after each commit rather than inside it
     _checkpoints: DeferredCheckpoints = field(default_factory=DeferredCheckpoints, repr=False)
 
@@ -275,11 +276,13 @@ class DeltaTableSink:
         try:
             self.catalog.register(self._session.get(), self.table_path)
         except CatalogConflictError as exc:
+            self.catalog_error = str(exc)
             raise CommitError(str(exc), permanent=True) from exc
         except Exception as exc:  # noqa: BLE001 - the metastore's client raises py4j and Thrift errors of many kinds
+            self.catalog_error = f"the catalog table {self.catalog} could not be created: {_short(exc)}"
             raise CommitError(f"the catalog table {self.catalog} of {self.table_path} could not be created (its "
                               f"data is committed; retrying): {_short(exc)}", permanent=False) from exc
-        self._catalog_registered = True
+        self._catalog_registered, self.catalog_error = True, None
 
     def commit_dead_letters(self, version: int, statuses: tuple[WriteStatus, ...]) -> int:
         """Step 0: the statuses' dead-letter files into the dead-letter table, each partition's rows that table

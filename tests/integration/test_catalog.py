@@ -20,6 +20,7 @@ from connector.app.cli import main as cli_main
 from connector.local.ports import free_port
 from testkit import create_topic, wait_until
 from testkit.kafka import produce_json, watermarks
+from testkit.net import http_get
 from testkit.process import LakesinkProcess, pipeline_config
 from testkit.waiting import DRAIN_S
 
@@ -146,9 +147,10 @@ def test_a_metastore_down_at_the_first_commit_delays_the_catalog_table_and_loses
         kafka_bootstrap, make_topic, metastore, tmp_path):
     topic = make_topic(partitions=2)
     database = f"late_{uuid.uuid4().hex[:8]}"
+    port = free_port()
     config = pipeline_config(tmp_path, kafka_bootstrap, topic, **{
         "catalog.type": "hive", "catalog.hive.metastore.uris": metastore.uri, "catalog.database": database,
-        "retry.backoff.ms": "500"})
+        "retry.backoff.ms": "500", "metrics.port": port})
     table = tmp_path / "tables" / "events"
     log = tmp_path / "lakesink.log"
     try:
@@ -159,11 +161,17 @@ def test_a_metastore_down_at_the_first_commit_delays_the_catalog_table_and_loses
             produce_json(kafka_bootstrap, topic, FIRST, 2)
             wait_until(lambda: "could not be created" in log.read_text() or not sink.alive(), DRAIN_S,
                        "a commit that waits for the metastore")
+            code, health = _health(port)
+            assert code == 503 and health["status"] == "degraded", health
+            assert f"the catalog table {database}.events could not be created" in health["catalog"]["error"], health
             metastore.start()
             expected = _topic_rows(kafka_bootstrap, topic)
             wait_until(lambda: _registered(metastore.port, database) or not sink.alive(), DRAIN_S,
                        "the catalog table, once the metastore is back")
             assert sink.alive(), sink.tail()
+            code, health = wait_until(lambda: (lambda h: h if h[0] == 200 else None)(_health(port)), DRAIN_S,
+                                      "/health to answer 200 once the catalog table is made")
+            assert "catalog" not in health, health
             assert sink.terminate() == 0, sink.tail()
     finally:
         if metastore.proc is None:
@@ -173,6 +181,12 @@ def test_a_metastore_down_at_the_first_commit_delays_the_catalog_table_and_loses
         (p, o) for p, (low, high) in watermarks(kafka_bootstrap, topic, 2).items() for o in range(low, high))
     assert offsets.num_rows == expected
     assert _registered(metastore.port, database) == str(table)
+
+
+def _health(port: int) -> tuple[int, dict]:
+    reply = http_get(f"http://127.0.0.1:{port}/health")
+    assert reply is not None, "/health did not answer"
+    return reply[0], json.loads(reply[1])
 
 
 def _registered(port: int, database: str) -> str | None:
