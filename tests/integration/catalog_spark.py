@@ -2,7 +2,9 @@
 fresh session, with nothing of lakesink's but the Delta jars (a Python process holds one SparkContext, and the
 suite's own session has no Hive support).
 
-argv[1] is the metastore's thrift:// URI, argv[2] a warehouse directory. It prints `{"ready": true}` once the
+argv[1] is the metastore's thrift:// URI, argv[2] a warehouse directory, argv[3] (optional) a JSON object of more
+Spark settings: with `spark.hadoop.fs.s3a.*` among them the session reads s3a:// tables too (Hadoop's S3A jars on
+spark.jars, as a user's Spark on S3 has them). It prints `{"ready": true}` once the
 session is up, then answers each line of stdin (a SQL statement) with one JSON line on stdout:
 `{"rows": [[...], ...], "columns": [...]}` or `{"error": "..."}`."""
 from __future__ import annotations
@@ -16,8 +18,14 @@ def main() -> None:
 
     from connector.jvm import jars
 
-    spark = (SparkSession.builder.master("local[1]").appName("catalog-reader")
-             .config("spark.jars", ",".join(str(p) for p in jars.delta_jars()))
+    settings = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    jar_paths = jars.delta_jars() + (jars.s3_jars() if any(k.startswith("spark.hadoop.fs.s3a.") for k in settings)
+                                     else [])
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = (builder.master("local[1]").appName("catalog-reader")
+             .config("spark.jars", ",".join(str(p) for p in jar_paths))
              .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
              .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
              .config("spark.sql.catalogImplementation", "hive")

@@ -34,22 +34,28 @@ FIRST, EVOLVED = 60, 25
 class CatalogSpark:
     """tests/integration/catalog_spark.py: a Spark session with Hive support on `uri`, in a process of its own."""
 
-    def __init__(self, uri: str, warehouse: Path, log: Path):
+    def __init__(self, uri: str, warehouse: Path, log: Path, settings: dict[str, str] | None = None):
+        """`settings`: more Spark settings of the reader (its S3 ones)."""
         self._log = open(log, "ab")
         self.log = log
-        self.proc = subprocess.Popen([sys.executable, str(READER), uri, str(warehouse)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=CHECKOUT)
+        self.proc = subprocess.Popen([sys.executable, str(READER), uri, str(warehouse), json.dumps(settings or {})],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     cwd=CHECKOUT)
 
     def wait_ready(self) -> None:
         ready = self.proc.stdout.readline()
         assert ready and json.loads(ready) == {"ready": True}, f"the Spark reader did not start; see {self.log}"
 
     def sql(self, statement: str) -> list[list]:
-        self.proc.stdin.write(statement.replace("\n", " ") + "\n")
-        self.proc.stdin.flush()
-        answer = json.loads(self.proc.stdout.readline())
+        answer = self.ask(statement)
         assert "error" not in answer, f"{statement}: {answer['error']}"
         return answer["rows"]
+
+    def ask(self, statement: str) -> dict:
+        """The reader's answer: its rows, or the error Spark gave."""
+        self.proc.stdin.write(statement.replace("\n", " ") + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -139,6 +145,44 @@ def test_routed_tables_are_catalog_tables_that_a_fresh_session_reads_by_name(
             assert Path(detail["Location"].removeprefix("file:")) == paths[topic].resolve(), detail
             if topic == evolving:
                 assert {"coupon", "_kafka_offset"} <= set(detail), described
+    finally:
+        reader.close()
+
+
+def test_a_table_on_s3_is_a_catalog_table_that_a_fresh_session_on_s3_reads_by_name(
+        kafka_bootstrap, admin, metastore, s3_server, tmp_path):
+    """S3 tables work the same: the catalog entry is the s3a:// location, and a user's Spark with its own S3
+    settings reads the table by name, every record of the topic once."""
+    run = uuid.uuid4().hex[:8]
+    topic, database = f"cat_s3_{run}", f"lake_{run}"
+    create_topic(admin, topic, 2)
+    produce_json(kafka_bootstrap, topic, FIRST, 2)
+    config = pipeline_config(tmp_path, kafka_bootstrap, topic, s3=s3_server, **{
+        "target.table.name": "events", "catalog.type": "hive", "catalog.hive.metastore.uris": metastore.uri,
+        "catalog.database": database})
+    s3a = {"spark.hadoop.fs.s3a.endpoint": s3_server.endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
+           "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+           "spark.hadoop.fs.s3a.access.key": s3_server.access_key,
+           "spark.hadoop.fs.s3a.secret.key": s3_server.secret_key,
+           "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"}
+    reader = CatalogSpark(metastore.uri, tmp_path / "warehouse", tmp_path / "reader.log", s3a)
+    try:
+        with LakesinkProcess("run", config, tmp_path / "lakesink.log") as sink:
+            reader.wait_ready()
+
+            def rows() -> int | None:
+                answer = reader.ask(f"SELECT count(*), count(DISTINCT _kafka_partition, _kafka_offset) "
+                                    f"FROM {database}.events")
+                return None if "error" in answer else answer["rows"][0]
+
+            wait_until(lambda: rows() == [FIRST, FIRST] or not sink.alive(), DRAIN_S,
+                       f"{database}.events to hold the topic's {FIRST} records, read by name")
+            assert sink.alive(), sink.tail()
+            assert sink.terminate() == 0, sink.tail()
+        detail = {r[0]: r[1] for r in reader.sql(f"DESCRIBE TABLE EXTENDED {database}.events")}
+        assert detail["Type"] == "EXTERNAL" and detail["Provider"] == "delta", detail
+        assert detail["Location"].startswith(f"s3a://{s3_server.bucket}/"), detail
+        assert detail["Location"].endswith("/tables/events"), detail
     finally:
         reader.close()
 
