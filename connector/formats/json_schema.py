@@ -27,6 +27,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
 from connector.formats.connect import CONNECT_DATE, TIME_TEXT, TIMESTAMP_UTC, ConnectSchema, Decoder
+from connector.formats.json_schema_batch import BatchReader, Field, batch_reader
 from connector.formats.problems import (
     INVALID_SCHEMA,
     MALFORMED_PAYLOAD,
@@ -90,18 +91,24 @@ def compile_json_schema(schema: Any, client: Any, message_indexes: tuple[int, ..
         resource = Resource.from_contents(root, default_specification=DEFAULT_SPEC)
     except Exception as error:  # JSON errors, an unknown $schema
         raise Problem(INVALID_SCHEMA, f"the JSON schema cannot be parsed: {error}") from None
+    compiler = _Compiler()
     try:
-        decoder = _Compiler().decoder(root, registry.resolver_with_root(resource), False)
+        decoder = compiler.decoder(root, registry.resolver_with_root(resource), False)
     except RecursionError:
         raise Problem(INVALID_SCHEMA, "the JSON schema is nested too deeply") from None
     if row and decoder.schema.type != "struct":
         raise Problem(NOT_AN_OBJECT, "the JSON schema of the value is no object with properties: a row needs fields "
                                      "(value.converter=string or bytes keeps the value whole)")
-    return WriterSchema(0, decoder, read)
+    return WriterSchema(0, decoder, read, compiler.batch(decoder) if row else None)
 
 
-JSON_SCHEMA = RegistryFormat("json_schema", "JSON", compile_json_schema, takes_row=True)
-"""The format as the registry reader (connector/formats/registry.py) is given it: no batch path."""
+def _batch_of(writer: WriterSchema) -> Callable[[list[bytes]], Any] | None:
+    return writer.read_many
+
+
+JSON_SCHEMA = RegistryFormat("json_schema", "JSON", compile_json_schema, takes_row=True, batch=_batch_of)
+"""The format as the registry reader (connector/formats/registry.py) is given it: a flat object schema's
+payloads are read a batch at a time (connector/formats/json_schema_batch.py), which compile_json_schema sets up."""
 
 
 class _Written(Decimal):
@@ -120,12 +127,25 @@ _DECODER = json.JSONDecoder(parse_float=_Written)
 """One decoder for every payload (json.loads with parse_float makes a new one per call)."""
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A `\\uD800`-`\\uDFFF` escape: half of a pair, or a lone surrogate that is no Unicode text."""
+
+
 def read(payload: bytes) -> Any:
     """A payload's JSON text parsed, numbers exact (a fraction or an exponent as a Decimal, `_Written`)."""
     try:
-        return _DECODER.decode(payload.decode("utf-8"))
+        text = payload.decode("utf-8")
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as error:
         raise Problem(MALFORMED_PAYLOAD, f"the payload is not valid JSON: {error}") from None
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            _json_text(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise Problem(MALFORMED_PAYLOAD, "the payload is not valid JSON text: it escapes a lone UTF-16 "
+                                             "surrogate (\\ud800-\\udfff without its pair), which is no "
+                                             "character") from None
+    return value
 
 
 def _unreadable(array: pa.Array) -> pa.Array:
@@ -174,7 +194,10 @@ def _integer(value: Any, path: str) -> int:
 
 def _number(value: Any, path: str) -> float:
     if type(value) in (_Written, Decimal, int, float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a double's range
+            number = float("inf")
         if number - number == 0:  # not inf
             return number
     raise _mismatch(path, "a number (a double)", value)
@@ -282,6 +305,20 @@ class _Compiler:
         """Decoders (by identity) whose to_value returns a value of this type as it is."""
         self.raw: dict[int, Callable[[Any, str], Any]] = {}
         """Decoders (by identity) -> their conversion of a value that is not null (it refuses a null)."""
+        self.kinds: dict[int, str] = {}
+        """Scalar decoders (by identity) -> their kind as the batch path names it (json_schema_batch.KINDS)."""
+        self.objects: dict[int, tuple[bool, list[Field]]] = {}
+        """Object decoders (by identity) -> (additionalProperties is false, their properties as the batch path reads
+        them; a property of no kind of KINDS has kind "")."""
+
+    def batch(self, decoder: Decoder) -> BatchReader | None:
+        """The batch reader of an object decoder this compiler made (None: its schema takes no batch path)."""
+        plan = self.objects.get(id(decoder))
+        return None if plan is None else batch_reader(plan[1], plan[0], decoder.row_schema())
+
+    def kind(self, decoder: Decoder, kind: str) -> Decoder:
+        self.kinds[id(decoder)] = kind
+        return decoder
 
     def leaf(self, schema: ConnectSchema, arrow_type: pa.DataType, convert: Callable[[Any, str], Any],
              children: tuple[tuple[str, Decoder], ...] = ()) -> Decoder:
@@ -357,13 +394,13 @@ class _Compiler:
         if kind == "string":
             return self.string(node, nullable)
         if kind == "integer":
-            return self.leaf(ConnectSchema("int64", nullable), pa.int64(), _integer)
+            return self.kind(self.leaf(ConnectSchema("int64", nullable), pa.int64(), _integer), "integer")
         if kind == "number":
-            return self.leaf(ConnectSchema("float64", nullable), pa.float64(), _number)
+            return self.kind(self.leaf(ConnectSchema("float64", nullable), pa.float64(), _number), "number")
         if kind == "boolean":
             decoder = self.leaf(ConnectSchema("boolean", nullable), pa.bool_(), _plain_type(bool, "a boolean"))
             self.fast[id(decoder)] = bool
-            return decoder
+            return self.kind(decoder, "boolean")
         if kind == "object":
             if type(node.get("properties")) is dict:
                 return self.struct(node, resolver, nullable)
@@ -385,19 +422,23 @@ class _Compiler:
     def string(self, node: dict[str, Any], nullable: bool) -> Decoder:
         form = node.get("format")
         if form == "date-time":
-            return self.leaf(ConnectSchema("int64", nullable, parameters={"format": form}), TIMESTAMP_UTC, _date_time)
+            return self.kind(self.leaf(ConnectSchema("int64", nullable, parameters={"format": form}), TIMESTAMP_UTC,
+                                       _date_time), form)
         if form == "date":
-            return self.leaf(ConnectSchema("int32", nullable, CONNECT_DATE, {"format": form}), pa.date32(), _date)
+            return self.kind(self.leaf(ConnectSchema("int32", nullable, CONNECT_DATE, {"format": form}), pa.date32(),
+                                       _date), form)
         if form == "time":
-            return self.leaf(ConnectSchema("string", nullable, parameters={"format": form}), TIME_TEXT, _time)
+            return self.kind(self.leaf(ConnectSchema("string", nullable, parameters={"format": form}), TIME_TEXT,
+                                       _time), form)
         decoder = self.leaf(ConnectSchema("string", nullable), pa.string(), _plain_type(str, "a string"))
         self.fast[id(decoder)] = str
-        return decoder
+        return self.kind(decoder, "string")
 
     def struct(self, node: dict[str, Any], resolver: Any, nullable: bool) -> Decoder:
         required = node.get("required") if type(node.get("required")) is list else []
         fields: list[tuple[str, Callable[[Any, str], Any], bool, Any, type | None, bool]] = []
         children = []
+        batch_fields: list[Field] = []
         for name, child_node in node["properties"].items():
             child = self.decoder(child_node, resolver, False)
             is_required, allows_null = name in required, child.schema.optional
@@ -414,6 +455,7 @@ class _Compiler:
             fields.append((name, self.raw.get(id(child), child.to_value), is_required, default,
                            self.fast.get(id(child)), allows_null))
             children.append((name, child))
+            batch_fields.append(Field(name, self.kinds.get(id(child), ""), is_required, allows_null, default))
         names = frozenset(node["properties"])
         closed = node.get("additionalProperties") is False
         arrow_type = pa.struct([pa.field(name, child.arrow_type) for name, child in children])
@@ -444,7 +486,9 @@ class _Compiler:
                     row[name] = convert_item(item, prefix + name)
             return row
 
-        return self.leaf(schema, arrow_type, convert, tuple(children))
+        decoder = self.leaf(schema, arrow_type, convert, tuple(children))
+        self.objects[id(decoder)] = (closed, batch_fields)
+        return decoder
 
     def array(self, items: Any, resolver: Any, nullable: bool) -> Decoder:
         item = self.decoder(items, resolver, False)
