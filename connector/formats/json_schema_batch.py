@@ -100,7 +100,10 @@ def batch_reader(fields: list[Field], closed: bool, row_schema: pa.Schema) -> Ba
     """The `read_many` of a flat object schema, or None when a property is of a kind this module does not read."""
     if not fields or any(f.kind not in KINDS for f in fields) or len(fields) != len(row_schema):
         return None
-    return BatchReader(fields, closed, row_schema)
+    try:
+        return BatchReader(fields, closed, row_schema)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError):  # a default Arrow does not take as a scalar
+        return None
 
 
 class BatchReader:
