@@ -204,12 +204,15 @@ class ConnectValues:
             rejected[i] = (problem.error_class, problem.message)
         groups = []
         for decoder, index, payloads in split:
-            if b"null" in payloads:
-                for i, payload in zip(index, payloads):
-                    if payload == b"null":
-                        rejected[i] = (NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
-                index = [i for i, payload in zip(index, payloads) if payload != b"null"]
-                payloads = [payload for payload in payloads if payload != b"null"]
+            # a payload of null, with or without JSON whitespace around it (`"payload": null`), is no row; nor is it
+            # ever handed to pyarrow's JSON reader, which a line holding only null crashes (a segfault) when given a
+            # schema, so the worker would stop at that record at every restart
+            nulls = {n for n, payload in enumerate(payloads) if len(payload) < 16 and payload.strip() == b"null"}
+            if nulls:
+                for n in nulls:
+                    rejected[index[n]] = (NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
+                index = [i for n, i in enumerate(index) if n not in nulls]
+                payloads = [payload for n, payload in enumerate(payloads) if n not in nulls]
             if decoder.schema.type != "struct":
                 for i in index:
                     rejected[i] = (NOT_AN_OBJECT, f"the value's Connect schema is a {decoder.schema.type}, not a "

@@ -353,3 +353,17 @@ def test_with_key_schemas_the_kafka_key_column_holds_the_typed_key():
     made_before.set_key_type(pa.binary())
     result = made_before.convert_raw("t", 0, [0], [0], keys[:1], values[:1])
     assert result.table.column("_kafka_key").to_pylist() == [keys[0]], "a table's binary _kafka_key keeps raw keys"
+
+
+def test_a_null_payload_with_whitespace_around_it_is_a_null_value_record_error_not_a_row_of_nulls():
+    """A producer's JSON library may write `"payload": null` with spaces (Python's json.dumps does, beside the
+    compact `,"payload":` the splitter takes in bulk): the payload is still null, a record error, never a row."""
+    schema = struct(field("id", "int32"))
+    spaced = [json.dumps({"schema": schema, "payload": None}, separators=(",", ":")).replace(
+        '"payload":null', f'"payload":{text}').encode() for text in (" null", "null ", "\tnull\n")]
+    python_default = json.dumps({"schema": schema, "payload": None}).encode()
+    converter = Converter(connect_meta_data=False, value_schemas=True)
+    result = convert(converter, [record(schema, {"id": 1}), *spaced, python_default, record(schema, {"id": 2})])
+    assert [(f.offset, f.error_class) for f in result.failures] == [(1, NULL_VALUE), (2, NULL_VALUE), (3, NULL_VALUE),
+                                                                    (4, NULL_VALUE)]
+    assert result.table.column("id").to_pylist() == [1, 2]
