@@ -5,7 +5,6 @@ fail into `rejected`; the typed ones hold their rows to the converter's schema t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -207,7 +206,7 @@ class ConnectValues:
             # a payload of null, with or without JSON whitespace around it (`"payload": null`), is no row; nor is it
             # ever handed to pyarrow's JSON reader, which a line holding only null crashes (a segfault) when given a
             # schema, so the worker would stop at that record at every restart
-            nulls = {n for n, payload in enumerate(payloads) if len(payload) < 16 and payload.strip() == b"null"}
+            nulls = {n for n, payload in enumerate(payloads) if payload.strip() == b"null"}  # 0.1 us a record
             if nulls:
                 for n in nulls:
                     rejected[index[n]] = (NULL_VALUE, "the payload is null (a tombstone); a row needs a value")
