@@ -292,12 +292,37 @@ def base64_value(value: Any, path: str) -> bytes:
         raise mismatch(path, "bytes (base64 text)", value) from None
 
 
-def load_payload(text: bytes) -> Any:
-    """A payload's JSON text parsed for `Decoder.to_value` (floats as Decimal: exact)."""
+def load_payload(text: bytes | str) -> Any:
+    """A payload's JSON text parsed for `Decoder.to_value` (floats as Decimal: exact). A lone UTF-16 surrogate
+    escaped in it (`\\ud800` without its pair) is no character: a record error here, where it would otherwise
+    stop the whole batch when its rows are made."""
     try:
-        return json.loads(text, parse_float=Decimal)
+        value = json.loads(text, parse_float=Decimal)
     except (ValueError, RecursionError) as error:
         raise Problem(MALFORMED_JSON, f"not valid JSON: {error}") from None
+    escape = _SURROGATE_ESCAPE if isinstance(text, (bytes, bytearray)) else _SURROGATE_ESCAPE.decode()
+    if escape in text.lower() and _holds_a_lone_surrogate(value):
+        raise Problem(MALFORMED_JSON, "not valid JSON text: it escapes a lone UTF-16 surrogate (\\ud800-\\udfff "
+                                      "without its pair), which is no character")
+    return value
+
+
+_SURROGATE_ESCAPE = b"\\ud"
+"""How every escaped surrogate starts (lower-cased): only a payload holding one is looked through."""
+
+
+def _holds_a_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_holds_a_lone_surrogate(k) or _holds_a_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_a_lone_surrogate(v) for v in value)
+    return False
 
 
 def plain_schema(value: Any) -> ConnectSchema:

@@ -5,6 +5,7 @@ fail into `rejected`; the typed ones hold their rows to the converter's schema t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import NamedTuple
 

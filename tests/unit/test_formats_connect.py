@@ -367,3 +367,18 @@ def test_a_null_payload_with_whitespace_around_it_is_a_null_value_record_error_n
     assert [(f.offset, f.error_class) for f in result.failures] == [(1, NULL_VALUE), (2, NULL_VALUE), (3, NULL_VALUE),
                                                                     (4, NULL_VALUE)]
     assert result.table.column("id").to_pylist() == [1, 2]
+
+
+def test_a_lone_surrogate_escaped_in_a_payload_is_a_record_error_and_costs_only_itself():
+    """`"\\ud800"` is valid JSON syntax but no character: before, making the batch's rows raised and stopped the
+    worker at every restart; a surrogate pair (an emoji escaped as two) stays a character."""
+    schema = struct(field("id", "int32"), field("s", "string"))
+    lone = record(schema, {"id": 2, "s": "X"}).replace(b'"X"', b'"\\ud800"')
+    upper = record(schema, {"id": 3, "s": "X"}).replace(b'"X"', b'"a\\uDFFF"')
+    pair = record(schema, {"id": 4, "s": "X"}).replace(b'"X"', b'"\\ud83d\\ude00"')
+    converter = Converter(connect_meta_data=False, value_schemas=True)
+    result = convert(converter, [record(schema, {"id": 1, "s": "a"}), lone, upper, pair])
+    assert [(f.offset, f.error_class) for f in result.failures] == [(1, connect.MALFORMED_JSON),
+                                                                    (2, connect.MALFORMED_JSON)]
+    assert "lone UTF-16 surrogate" in result.failures[0].error_message
+    assert result.table.to_pylist() == [{"id": 1, "s": "a"}, {"id": 4, "s": "\U0001F600"}]
