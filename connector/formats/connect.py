@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -300,15 +301,23 @@ def load_payload(text: bytes | str) -> Any:
         value = json.loads(text, parse_float=Decimal)
     except (ValueError, RecursionError) as error:
         raise Problem(MALFORMED_JSON, f"not valid JSON: {error}") from None
-    escape = _SURROGATE_ESCAPE if isinstance(text, (bytes, bytearray)) else _SURROGATE_ESCAPE.decode()
-    if escape in text.lower() and _holds_a_lone_surrogate(value):
+    if escapes_a_lone_surrogate(text, value):
         raise Problem(MALFORMED_JSON, "not valid JSON text: it escapes a lone UTF-16 surrogate (\\ud800-\\udfff "
                                       "without its pair), which is no character")
     return value
 
 
-_SURROGATE_ESCAPE = b"\\ud"
-"""How every escaped surrogate starts (lower-cased): only a payload holding one is looked through."""
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A `\\uD800`-`\\uDFFF` escape: half of a pair, or a lone surrogate that is no Unicode text."""
+_SURROGATE_ESCAPE_BYTES = re.compile(_SURROGATE_ESCAPE.pattern.encode())
+
+
+def escapes_a_lone_surrogate(text: bytes | str, value: Any) -> bool:
+    """Whether JSON `text`, parsed as `value`, escapes a lone UTF-16 surrogate: valid JSON syntax, but no character,
+    so no UTF-8 string holds it. Only a text holding a surrogate escape is looked through (Connect JSON and JSON
+    Schema payloads both ask)."""
+    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(text, (bytes, bytearray)) else _SURROGATE_ESCAPE
+    return pattern.search(text) is not None and _holds_a_lone_surrogate(value)
 
 
 def _holds_a_lone_surrogate(value: Any) -> bool:

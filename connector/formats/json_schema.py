@@ -26,7 +26,14 @@ from confluent_kafka.schema_registry.json_schema import _resolve_named_schema
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 
-from connector.formats.connect import CONNECT_DATE, TIME_TEXT, TIMESTAMP_UTC, ConnectSchema, Decoder
+from connector.formats.connect import (
+    CONNECT_DATE,
+    TIME_TEXT,
+    TIMESTAMP_UTC,
+    ConnectSchema,
+    Decoder,
+    escapes_a_lone_surrogate,
+)
 from connector.formats.json_schema_batch import BatchReader, Field, batch_reader
 from connector.formats.problems import (
     INVALID_SCHEMA,
@@ -127,10 +134,6 @@ _DECODER = json.JSONDecoder(parse_float=_Written)
 """One decoder for every payload (json.loads with parse_float makes a new one per call)."""
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-"""A `\\uD800`-`\\uDFFF` escape: half of a pair, or a lone surrogate that is no Unicode text."""
-
-
 def read(payload: bytes) -> Any:
     """A payload's JSON text parsed, numbers exact (a fraction or an exponent as a Decimal, `_Written`)."""
     try:
@@ -138,13 +141,9 @@ def read(payload: bytes) -> Any:
         value = _DECODER.decode(text)
     except (ValueError, RecursionError) as error:
         raise Problem(MALFORMED_PAYLOAD, f"the payload is not valid JSON: {error}") from None
-    if _SURROGATE_ESCAPE.search(text):
-        try:
-            _json_text(value).encode("utf-8")
-        except UnicodeEncodeError:
-            raise Problem(MALFORMED_PAYLOAD, "the payload is not valid JSON text: it escapes a lone UTF-16 "
-                                             "surrogate (\\ud800-\\udfff without its pair), which is no "
-                                             "character") from None
+    if escapes_a_lone_surrogate(text, value):
+        raise Problem(MALFORMED_PAYLOAD, "the payload is not valid JSON text: it escapes a lone UTF-16 surrogate "
+                                         "(\\ud800-\\udfff without its pair), which is no character")
     return value
 
 
