@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from connector.kafka.watermarks import lag, list_offsets, topic_ids
@@ -73,7 +74,7 @@ class SourceOffsets:
         """The expected partitions, re-read from Kafka metadata at every START. With kafka.topic.regex, a partition
         of a matching topic joins once a worker holds it or it has a committed offset: a topic created while
         running is waited for only when a worker's subscription has found it too."""
-        md = self._admin.list_topics(timeout=30)
+        md = self._metadata()
         out: list[TopicPartition] = []
         topics = self.settings.select_topics(md.topics)
         if self.settings.topic_regex is not None:
@@ -96,7 +97,16 @@ class SourceOffsets:
         metadata only then)."""
         if self.settings.topic_regex is None:
             return self.settings.select_topics(())
-        return self.settings.select_topics(self._admin.list_topics(timeout=30).topics)
+        return self.settings.select_topics(self._metadata().topics)
+
+    def _metadata(self):
+        """The cluster's metadata. An admin client that does not get it is dropped, and the next call makes a new
+        one: a client may have lost every broker for good (connector/kafka/reach.py)."""
+        try:
+            return self._admin.list_topics(timeout=30)
+        except KafkaException:
+            self._admin_client = None
+            raise
 
     def _note_topics(self, topics: set[str]) -> None:
         """Log the topics that began or stopped matching kafka.topic.regex (created, deleted) since the last START."""

@@ -63,6 +63,7 @@ class WorkerStats:
     records_dead_lettered: int = 0
     status_sent: int = 0
     rebalances: int = 0
+    consumers_replaced: int = 0  # group consumers cut off from every broker (connector/kafka/reach.py)
     by_partition_lag: dict = field(default_factory=dict)
 
 

@@ -26,6 +26,7 @@ from connector.faults import fault_point
 from connector.formats.wire import RegistryUnavailable
 from connector.kafka.clients import KafkaClients, check_connection
 from connector.kafka.deadletter import DeadLetterProducer
+from connector.kafka.reach import CutOffWatch, cut_off
 from connector.loop import run_until_stopped
 from connector.protocol.messages import AckCommit, Message, StartCommit
 from connector.observe.metrics import Metrics
@@ -66,6 +67,9 @@ SESSION_TIMEOUT_MS = "10000"
 that stopped for good wait for it (static members do not leave their group when they close)."""
 MIN_SIZED_BATCH = 100
 """The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
+CUT_OFF_AFTER_S = 30.0
+"""How long the group consumer may hold no partition before the worker asks whether it is cut off from every broker
+(connector/kafka/reach.py); it asks again every 10 s while that lasts."""
 AHEAD_MAX_RECORDS = 20_000
 """The most records a partition reads ahead for its next txn (PartitionRunner.ahead)."""
 
@@ -89,6 +93,8 @@ class Worker:
         self._store = Store.for_config(cfg)
         self._channel: ControlChannel | None = None
         self._consumer: Consumer | None = None
+        self._kafka: KafkaClients | None = None
+        self._cut_off = CutOffWatch(self.clock, CUT_OFF_AFTER_S)
         self._dlq: DeadLetterProducer | None = None
         # its collaborators see the id, the channel, the consumer and the dead-letter producer once open() sets them
         self.table_view = TableView(cfg, TableSnapshot(self._store, cfg.table_path))
@@ -119,20 +125,8 @@ class Worker:
         self._channel = ControlChannel(kafka, cfg.control_topic_name, cfg.name, f"worker {self.worker_id}",
                                        identity=identity(self._store.root.delta_uri, cfg.topics_description),
                                        ).open(replay_last=REPLAY_LAST)
-        self._consumer = Consumer(kafka.config("consumer", {
-            "group.id": cfg.kafka_group_id,
-            "group.instance.id": self.worker_id,
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "client.id": f"lakesink-{self.worker_id}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            # never jump on its own: the coordinator checks every START's offsets (offset.reset.policy), and a
-            # fetch that falls out of range meanwhile (retention) stops, for the next START's check to decide
-            "auto.offset.reset": "error",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": False,
-            "fetch.wait.max.ms": 100,
-        }))
+        self._kafka = kafka
+        self._consumer = self._new_consumer()
         self._subscribe()
         if self._route is not None:
             self._router = RecordRouter(self._route, cfg.value_converter, cfg.value_converter_schemas_enable,
@@ -161,6 +155,39 @@ class Worker:
                                      on_revoke=self.assignments.on_revoke, on_lost=self.assignments.on_revoke)
         else:
             self._consumer.unsubscribe()
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(self._kafka.config("consumer", {
+            "group.id": self.cfg.kafka_group_id,
+            "group.instance.id": self.worker_id,
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "client.id": f"lakesink-{self.worker_id}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            # never jump on its own: the coordinator checks every START's offsets (offset.reset.policy), and a
+            # fetch that falls out of range meanwhile (retention) stops, for the next START's check to decide
+            "auto.offset.reset": "error",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100,
+        }))
+
+    def _unless_consumer_cut_off(self) -> None:
+        """A group consumer that has held no partition for CUT_OFF_AFTER_S may have lost every broker for good
+        (connector/kafka/reach.py): then a new one joins the group in its place, as the same static member."""
+        if not self._subscribed or not cut_off(self._consumer, self._kafka, self._subscribed[0]):
+            return
+        stuck, self._consumer = self._consumer, self._new_consumer()
+        self._subscribed = None
+        self._subscribe()
+        self._cut_off.reset()
+        self.stats.consumers_replaced += 1
+        try:
+            stuck.close()
+        except (KafkaException, RuntimeError):
+            pass  # it reaches no broker: dropped all the same
+        log.warning("worker %s: its consumer has held no partition for %.0f s and reaches no broker, although the "
+                    "cluster answers a new client: a new consumer joins the group", self.worker_id, CUT_OFF_AFTER_S)
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -202,6 +229,8 @@ class Worker:
         self._retry_seeks()
         self._retry_reports()
         self._consume(consume_timeout_s)
+        if self._cut_off.due(not self.runners and bool(self._subscribed)):
+            self._unless_consumer_cut_off()
         self.backlog.report(self.assignments.latest_start, self.runners)
         self.assignments.announce()
         if self.metrics.lag_due():

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from connector.errors import NameConflictError, ProtocolError, SetupError
 from connector.kafka.clients import KafkaClients
+from connector.kafka.reach import cut_off
 from connector.protocol.messages import (
     Assignment,
     CommitFailed,
@@ -200,7 +201,7 @@ class ControlChannel:
         if self.identity is not None:  # sent on every message: a secret in a table's location or a topic is masked
             self.identity = scrub_data(self.identity)
         kafka = self.kafka = KafkaClients.to(self.kafka)
-        self._admin = AdminClient(kafka.config("admin"))
+        self._admin = self._new_admin()
         ensure_control_topic(self._admin, self.topic)
         self._producer = self._new_producer()
         self._purged: list[bytes] = []  # values of messages taken back from a stuck producer, in their order
@@ -247,13 +248,22 @@ class ControlChannel:
         if flush:
             self.flush()
 
+    def _client_id(self) -> str:
+        """How the broker's logs and a client's debug log name this role's control clients."""
+        return "lakesink-control-" + self.role.replace(" ", "-")
+
+    def _new_admin(self) -> AdminClient:
+        return AdminClient(self.kafka.config("admin", {"client.id": self._client_id()}))
+
     def _new_consumer(self) -> Consumer:
         return Consumer(self.kafka.config("consumer", {
-            "group.id": f"lakesink-control-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "group.id": f"lakesink-control-{uuid.uuid4().hex}", "client.id": self._client_id(),
+            "enable.auto.commit": False,
             "auto.offset.reset": "latest", "enable.partition.eof": False, "fetch.wait.max.ms": 10}))
 
     def _new_producer(self) -> Producer:
-        return Producer(self.kafka.config("producer", {"acks": "all", "enable.idempotence": True, "linger.ms": 0}))
+        return Producer(self.kafka.config("producer", {"acks": "all", "enable.idempotence": True, "linger.ms": 0,
+                                                       "client.id": self._client_id()}))
 
     def _produce(self, value: bytes) -> None:
         def delivered(error, _raw) -> None:
@@ -290,6 +300,7 @@ class ControlChannel:
         try:
             tmd = self._admin.list_topics(topic=self.topic, timeout=5).topics.get(self.topic)
         except KafkaException:
+            self._unless_admin_cut_off()
             return False
         partition = None if tmd is None or tmd.error is not None else tmd.partitions.get(0)
         return partition is not None and partition.error is None and partition.leader >= 0
@@ -378,6 +389,7 @@ class ControlChannel:
             position = self._consumer.position([self._tp])[0].offset
             end = self._admin.list_offsets({self._tp: OffsetSpec.latest()}, request_timeout=5)[self._tp].result(5)
         except KafkaException:
+            self._unless_admin_cut_off()
             return
         if position < 0 or end.offset <= position:
             return
@@ -392,6 +404,15 @@ class ControlChannel:
         self.stats["consumers_replaced"] += 1
         log.warning("the control topic %r ends at %d but nothing was read past %d for %.0f s: reading on with a new "
                     "consumer", self.topic, end.offset, position, quiet)
+
+    def _unless_admin_cut_off(self) -> None:
+        """The admin client these checks ask failed: when it has lost every broker for good while a new client
+        reaches the cluster (connector/kafka/reach.py), the next check asks a new one."""
+        if cut_off(self._admin, self.kafka, self.topic):
+            self._admin = self._new_admin()
+            self.stats["admins_replaced"] += 1
+            log.warning("the %s's admin client reaches no broker, although the cluster answers a new client: "
+                        "using a new one", self.role)
 
     def _decode(self, value: bytes | None) -> Message | None:
         try:
