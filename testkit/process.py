@@ -41,10 +41,23 @@ def pipeline_config(tmp_path, bootstrap: str, topic: str, s3=None, **extra) -> P
     return path
 
 
-def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -> Path:
-    """Short transactions and timeouts, and a consumer group that notices a killed worker within seconds."""
+def small_table_spark() -> dict:
+    """Spark settings of a lakesink process for a test's small tables: one task per Delta snapshot/shuffle stage, and
+    the quick-starting JIT with one GC thread even where a coordinator runs MERGEs (the product gives those the JVM's
+    defaults, for tables of real size). The results are the same by Spark's design; on the suite's busy 2 cores a
+    `lakesink run`'s first MERGE commits of a few rows took 20-100 s with the defaults and 9-40 s with these."""
     from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
+    return {
+        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+        "spark.sql.shuffle.partitions": 1,
+        "spark.default.parallelism": 1,
+        "spark.databricks.delta.snapshotPartitions": 1,
+    }
+
+
+def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -> Path:
+    """Short transactions and timeouts, and a consumer group that notices a killed worker within seconds."""
     settings = {
         "transaction.interval.ms": 1000,
         "coordinator.writestatus.timeout.ms": 4000,
@@ -53,12 +66,7 @@ def chaos_config(tmp_path: Path, bootstrap: str, topic: str, s3=None, **extra) -
         "flush.size": 400,  # several data files per partition and txn
         "orphan.files.retention.ms": 1000,  # the sweep deletes a discarded txn's files at once
         "shutdown.timeout.ms": 15000,
-        # Small tables: one task per Delta snapshot/shuffle stage, and the quick-starting JIT even where a
-        # coordinator runs MERGEs (the product gives those the JVM's defaults, for tables of real size).
-        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
-        "spark.sql.shuffle.partitions": 1,
-        "spark.default.parallelism": 1,
-        "spark.databricks.delta.snapshotPartitions": 1,
+        **small_table_spark(),
     }
     settings.update(extra)
     return pipeline_config(tmp_path, bootstrap, topic, s3=s3, **settings)

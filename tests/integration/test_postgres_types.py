@@ -31,6 +31,7 @@ from connector.schema.delta_types import delta_type
 from testkit import LakesinkProcess, pipeline_config, wait_until
 from testkit.connect_records import same
 from testkit.kafka import read_topic
+from testkit.process import small_table_spark
 from testkit.readback import delta_rs_rows, spark_rows
 
 pytestmark = pytest.mark.integration
@@ -261,7 +262,7 @@ def test_every_postgres_type_lands_as_the_documented_delta_type_with_the_databas
         "target.table.name": "every_type", "transaction.interval.ms": 1000, "write.mode": "upsert",
         "value.envelope": "debezium", "delete.enabled": "true", "key.converter.schemas.enable": "true",
         "value.converter.schemas.enable": "true", "consumer.session.timeout.ms": 6000,
-        "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq})
+        "errors.tolerance": "all", "errors.deadletterqueue.topic.name": dlq, **small_table_spark()})
     path = str(tmp_path / "tables" / "every_type")
     _insert(connection, schema, columns, 1001)  # streamed
     database = _database(connection, schema, columns)
