@@ -48,6 +48,7 @@ testkit: $(STAMP)
 # The import contracts in pyproject.toml: the architecture's arrows (docs/ARCHITECTURE.md).
 lint: $(STAMP)
 	$(BIN)/lint-imports
+	$(BIN)/ruff check --quiet
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

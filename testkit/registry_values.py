@@ -647,7 +647,6 @@ def _json_text(value: Any) -> str:
 
 def protobuf_type(field: Any) -> str:
     """The Spark type of a Protobuf field's column (protobuf.TYPE_TABLE)."""
-    from google.protobuf.descriptor import FieldDescriptor as F
 
     message = field.message_type
     if field.is_repeated and message is not None and message.GetOptions().map_entry:
@@ -686,7 +685,6 @@ def _protobuf_single_type(field: Any) -> str:
 
 def protobuf_value(field: Any, value: Any) -> Any:
     """What the column of a Protobuf field holds for `value` (the row's keyword argument; None: unset)."""
-    from google.protobuf.descriptor import FieldDescriptor as F
 
     message = field.message_type
     if field.is_repeated and message is not None and message.GetOptions().map_entry:

@@ -200,7 +200,7 @@ class ControlChannel:
     def __post_init__(self) -> None:
         if self.identity is not None:  # sent on every message: a secret in a table's location or a topic is masked
             self.identity = scrub_data(self.identity)
-        kafka = self.kafka = KafkaClients.to(self.kafka)
+        self.kafka = KafkaClients.to(self.kafka)
         self._admin = self._new_admin()
         ensure_control_topic(self._admin, self.topic)
         self._producer = self._new_producer()

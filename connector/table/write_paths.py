@@ -35,7 +35,7 @@ from connector.storage.store import Store
 from connector.table import delta_writer, merge, merge_plan, merge_rules, merge_source
 from connector.table.agreement import exact_ints
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
-from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter, TableExistsError, spark_schema_json
+from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter, TableExistsError
 from connector.table.features import TableProfile, read_profile
 from connector.table.snapshot import TableSnapshot, staged_file_schema
 from connector.table.snapshot import table_schema as table_schema_of

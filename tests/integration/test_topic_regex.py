@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from connector.config import config_from_dict
-from testkit import create_topic, open_table, wait_until
+from testkit import create_topic, open_table
 from testkit.kafka import produce_json
 from testkit.pipeline import Sink, drain
 
