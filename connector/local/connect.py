@@ -195,14 +195,17 @@ class LocalConnect(LocalServer):
         raise SetupError(f"the Kafka Connect worker's connector {self.name} was not streaming within "
                          f"{self.startup_timeout_s:g} s (last status: {last}): see {self.log_file}")
 
-    def wait_offsets_flushed(self, timeout_s: float = 30.0) -> None:
-        """Return once the worker has written its offsets file anew: the records it had acknowledged then are the
-        ones a restart does not send again (it flushes every `offset.flush.interval.ms` while it has new ones)."""
-        def content() -> bytes:
-            return self.offsets_file.read_bytes() if self.offsets_file.exists() else b""
+    def offsets_written(self) -> bytes:
+        """The worker's offsets file as it is now (empty before its first flush), for `wait_offsets_flushed`."""
+        return self.offsets_file.read_bytes() if self.offsets_file.exists() else b""
 
-        before, deadline = content(), time.monotonic() + timeout_s
-        while content() == before:
+    def wait_offsets_flushed(self, timeout_s: float = 30.0, since: bytes | None = None) -> None:
+        """Return once the worker has written its offsets file anew, since `since` (what `offsets_written` returned
+        before the changes were made) or else since this call: the records it had acknowledged then are the ones a
+        restart does not send again (it flushes every `offset.flush.interval.ms` while it has new ones, and not
+        again once it has none: a flush of the last ones before this call is seen only through `since`)."""
+        before, deadline = self.offsets_written() if since is None else since, time.monotonic() + timeout_s
+        while self.offsets_written() == before:
             if self.proc is None or self.proc.poll() is not None:
                 raise SetupError(f"the Kafka Connect worker is not running: see {self.log_file}")
             if time.monotonic() > deadline:
