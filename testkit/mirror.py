@@ -7,6 +7,7 @@ from pathlib import Path
 
 from connector.table.sink import DeltaTableSink
 from testkit import pipeline_config, watermarks
+from testkit.process import small_table_spark
 
 
 def run_sql(connection, table: str, statement: str, rows=None) -> int:
@@ -44,14 +45,15 @@ CATCH_UP_S = 600
 def mirror_config(tmp_path, bootstrap: str, prefix: str, name: str, schemas_enable: bool = True, **extra) -> Path:
     """The properties file of a `lakesink run` named `name` that mirrors every topic whose name starts with `prefix.`
     (a Debezium connector's topics) into a table of its own (`${topic}`): upserts, deletes and truncates, keys and
-    values with the JSON converter's schemas on or off; `extra` sets more keys."""
+    values with the JSON converter's schemas on or off, on small-table Spark settings (testkit.process); `extra` sets
+    more keys."""
     enabled = "true" if schemas_enable else "false"
     config = pipeline_config(tmp_path, bootstrap, "", name=name, **{
         "kafka.topic.regex": re.escape(prefix) + r"\..*", "topic.refresh.interval.ms": 1000,
         "target.table.name": "${topic}", "transaction.interval.ms": 1000,
         "write.mode": "upsert", "value.envelope": "debezium", "delete.enabled": "true",
         "delete.truncate.enabled": "true", "key.converter.schemas.enable": enabled,
-        "value.converter.schemas.enable": enabled, **extra})
+        "value.converter.schemas.enable": enabled, **small_table_spark(), **extra})
     config.write_text("".join(line + "\n" for line in config.read_text().splitlines()
                               if not line.startswith("kafka.topic.names=")))
     return config
