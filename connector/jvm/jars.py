@@ -263,13 +263,14 @@ def s3_jars() -> list[Path]:
 
 LOGSTORE_SOURCE = Path(__file__).resolve().parents[1] / "table" / "java"
 LOGSTORE_CLASS = "io.lakesink.delta.ConditionalS3LogStore"
+LOCAL_LOGSTORE_CLASS = "io.lakesink.delta.ExclusiveLocalLogStore"
 CHECKPOINT_FILE_MANAGER_CLASS = "io.lakesink.delta.DirectPutCheckpointFileManager"
 
 
 def logstore_jar() -> Path:
-    """lakesink's put-if-absent Delta log store and one-PUT checksum writer for s3a:// (connector/table/java),
-    compiled once with javac against the pinned delta-storage, pyspark's Spark and Hadoop, and hadoop-aws; rebuilt
-    when its source changes."""
+    """lakesink's put-if-absent Delta log stores (s3a:// and file:) and one-PUT checksum writer for s3a://
+    (connector/table/java), compiled once with javac against the pinned delta-storage, pyspark's Spark and Hadoop,
+    and hadoop-aws; rebuilt when its source changes."""
     import hashlib
     import zipfile
 

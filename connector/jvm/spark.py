@@ -38,6 +38,8 @@ _DEFAULTS = {
     "spark.jars.ivySettings": "",
     # every commit to an s3a:// table is put-if-absent on the store (connector/table/java, docs/ARCHITECTURE.md)
     "spark.delta.logStore.s3a.impl": jars.LOGSTORE_CLASS,
+    # and to a local table, across processes too: a temporary file hard-linked to the version's name
+    "spark.delta.logStore.file.impl": jars.LOCAL_LOGSTORE_CLASS,
     # a version's checksum file on s3a:// is one PUT, not a temporary object renamed (the same jar)
     "spark.sql.streaming.checkpointFileManagerClass": jars.CHECKPOINT_FILE_MANAGER_CLASS,
 }

@@ -45,7 +45,8 @@ def test_the_cache_and_the_log_store_sources_are_found_from_the_checkout(monkeyp
     monkeypatch.delenv("LAKESINK_CACHE", raising=False)
     checkout = Path(__file__).resolve().parents[2]
     assert jars.cache_root() == checkout / ".cache"
-    assert (jars.LOGSTORE_SOURCE / "io" / "lakesink" / "delta" / "ConditionalS3LogStore.java").is_file()
+    for name in (jars.LOGSTORE_CLASS, jars.LOCAL_LOGSTORE_CLASS, jars.CHECKPOINT_FILE_MANAGER_CLASS):
+        assert (jars.LOGSTORE_SOURCE / (name.replace(".", "/") + ".java")).is_file(), name
 
 
 def test_artifact_names_strip_versions():

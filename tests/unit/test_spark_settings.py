@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from connector.jvm import jars
 from connector.jvm.spark import DRIVER_JAVA_OPTIONS, on_loopback, session_settings
 
 JARS = ["/jars/delta-spark.jar", "/jars/lakesink-logstore.jar"]
@@ -23,6 +24,13 @@ def test_local_mode_serves_loopback_and_sets_no_executor_sizes():
     assert settings["spark.driver.host"] == settings["spark.driver.bindAddress"] == "127.0.0.1"
     assert "spark.executor.memory" not in settings and "spark.executor.cores" not in settings
     assert settings["spark.jars"] == ",".join(JARS)
+
+
+@pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077", "spark://spark-master:7077"])
+def test_every_session_commits_to_s3_and_local_tables_through_lakesinks_log_stores(master):
+    settings = session_settings(master, None, JARS)
+    assert settings["spark.delta.logStore.s3a.impl"] == jars.LOGSTORE_CLASS
+    assert settings["spark.delta.logStore.file.impl"] == jars.LOCAL_LOGSTORE_CLASS
 
 
 def test_a_cluster_on_this_machine_keeps_loopback_and_gets_small_executors_with_every_jar():
