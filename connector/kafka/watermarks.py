@@ -20,7 +20,7 @@ def list_offsets(admin: AdminClient, partitions: Iterable[TopicPartition], earli
                  timeout_s: float = 5.0, read_committed: bool = True) -> dict[TopicPartition, int]:
     """The high watermark of each partition (the last stable offset, as read_committed consumers see it, unless
     `read_committed` is false), or the low watermark (the log start) with `earliest`. Partitions the broker does
-    not answer for are left out."""
+    not answer for, or answers without an offset, are left out."""
     spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()
     request = {KafkaTP(t, p): spec for t, p in partitions}
     if not request:
@@ -34,9 +34,15 @@ def list_offsets(admin: AdminClient, partitions: Iterable[TopicPartition], earli
         return out
     for tp, future in futures.items():
         try:
-            out[(tp.topic, tp.partition)] = future.result(timeout_s).offset
+            offset = future.result(timeout_s).offset
         except Exception as exc:  # noqa: BLE001 - KafkaException or a timeout: that partition has no answer
             log.debug("no %s offset for %s-%d: %s", "earliest" if earliest else "latest", tp.topic, tp.partition, exc)
+            continue
+        if offset < 0:  # an answer without an offset (OFFSET_INVALID), as a broker just restarted can give
+            log.debug("no %s offset for %s-%d: the broker answered %d", "earliest" if earliest else "latest",
+                      tp.topic, tp.partition, offset)
+            continue
+        out[(tp.topic, tp.partition)] = offset
     return out
 
 
