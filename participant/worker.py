@@ -69,7 +69,7 @@ MIN_SIZED_BATCH = 100
 """The fewest records a consume call asks for with commit.max.records set (which asks for 1/8 of the limit)."""
 CUT_OFF_AFTER_S = 30.0
 """How long the group consumer may hold no partition before the worker asks whether it is cut off from every broker
-(connector/kafka/reach.py); it asks again every 10 s while that lasts."""
+(connector/kafka/reach.py); it asks again every 20 s while that lasts."""
 AHEAD_MAX_RECORDS = 20_000
 """The most records a partition reads ahead for its next txn (PartitionRunner.ahead)."""
 
@@ -94,7 +94,7 @@ class Worker:
         self._channel: ControlChannel | None = None
         self._consumer: Consumer | None = None
         self._kafka: KafkaClients | None = None
-        self._cut_off = CutOffWatch(self.clock, CUT_OFF_AFTER_S)
+        self._cut_off = CutOffWatch(self.clock, CUT_OFF_AFTER_S, every_s=20.0)
         self._dlq: DeadLetterProducer | None = None
         # its collaborators see the id, the channel, the consumer and the dead-letter producer once open() sets them
         self.table_view = TableView(cfg, TableSnapshot(self._store, cfg.table_path))
@@ -172,11 +172,9 @@ class Worker:
             "fetch.wait.max.ms": 100,
         }))
 
-    def _unless_consumer_cut_off(self) -> None:
-        """A group consumer that has held no partition for CUT_OFF_AFTER_S may have lost every broker for good
-        (connector/kafka/reach.py): then a new one joins the group in its place, as the same static member."""
-        if not self._subscribed or not cut_off(self._consumer, self._kafka, self._subscribed[0]):
-            return
+    def _replace_consumer(self) -> None:
+        """A group consumer that has held no partition for CUT_OFF_AFTER_S and lost every broker for good
+        (connector/kafka/reach.py): a new one joins the group in its place, as the same static member."""
         stuck, self._consumer = self._consumer, self._new_consumer()
         self._subscribed = None
         self._subscribe()
@@ -229,8 +227,9 @@ class Worker:
         self._retry_seeks()
         self._retry_reports()
         self._consume(consume_timeout_s)
-        if self._cut_off.due(not self.runners and bool(self._subscribed)):
-            self._unless_consumer_cut_off()
+        if self._cut_off.ask(not self.runners and bool(self._subscribed),
+                             lambda: cut_off(self._consumer, self._kafka, self._subscribed[0])):
+            self._replace_consumer()
         self.backlog.report(self.assignments.latest_start, self.runners)
         self.assignments.announce()
         if self.metrics.lag_due():

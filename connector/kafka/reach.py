@@ -12,6 +12,7 @@ client of the same settings, whose request succeeds. When both fail, the cluster
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -67,6 +68,16 @@ class CutOffWatch:
             return False
         self._asked_at = now
         return True
+
+    def ask(self, symptom: bool, is_cut_off: Callable[[], bool]) -> bool:
+        """`is_cut_off()` when `due(symptom)`, else False. The next ask is timed from the end of this one: while the
+        cluster is away each ask waits out its metadata requests, and the caller's loop must still get its turns."""
+        if not self.due(symptom):
+            return False
+        try:
+            return is_cut_off()
+        finally:
+            self._asked_at = self.clock.monotonic()
 
     def reset(self) -> None:
         """The client was replaced: the symptom is timed afresh."""

@@ -41,3 +41,21 @@ def test_a_replaced_client_is_timed_afresh():
     assert not watch.due(True)
     clock.advance(30)
     assert watch.due(True)
+
+
+def test_the_next_ask_is_timed_from_the_end_of_a_slow_one():
+    """While the cluster is away each ask waits out its metadata requests: the worker's loop gets its turns between."""
+    clock = FakeClock()
+    watch = CutOffWatch(clock, after_s=30, every_s=20)
+    watch.due(True)
+    clock.advance(30)
+
+    def slow_no():
+        clock.advance(10)
+        return False
+
+    assert not watch.ask(True, slow_no)  # asked at 30 s, answered at 40 s
+    clock.advance(19)
+    assert not watch.ask(True, lambda: True)  # 19 s after the answer
+    clock.advance(1)
+    assert watch.ask(True, lambda: True)
