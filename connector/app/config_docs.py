@@ -233,6 +233,12 @@ the first partition's type wins, and the other's records are read again against 
 fit its column is a record error of its own, never a rounded, truncated or shifted value. Before the table exists, a
 record that only the types inferred from its partition's earlier records refuse is no record error yet: the partition's
 records from it on wait for the next txn, where the table that txn's commit made (or a fresh inference) decides.
+Within a batch, no record types a new column against the others: the column takes the JSON kind most of the batch's
+records hold there (number, string, boolean, object, array; on a tie, the first record's), a string field whose values
+are dates or times of one kind but for at most one in ten takes that type, and the records outvoted are record errors
+(before the table exists, read again as above). A batch whose first record is outvoted waits once for the next txn
+(another partition may make the table); read again with no table yet, it is taken whole, the outvoted records as
+record errors.
 
 """
 

@@ -7,11 +7,13 @@
   in a double (|v| <= 2^53, before the table exists); otherwise it stays bigint and the fractional value is a record
   error. An integer a double column would round (beyond 2^53), or beyond bigint, is a record error.
 - ISO-8601 strings with a zone (`Z`, `+02:00`) make a timestamp column (an instant, UTC, microseconds), without one a
-  timestamp_ntz column, dates alone (`2024-01-01`) a date column; a column whose first values mix these, or hold
-  anything else, is string. A timestamp column takes only zoned values, a timestamp_ntz column only zone-less ones
-  (and dates), neither more than microsecond precision: anything else is a record error, never a shifted value.
-  Only years 1 to 9999 (in UTC, for a zoned value) are dates and times, as in Delta and Spark: a new column with a
-  value outside them stays string, and into a date or timestamp column such a value is a record error.
+  timestamp_ntz column, dates alone (`2024-01-01`) a date column; a new column whose batch mixes these, or holds
+  anything else, is string, unless at most one value in ten (OUTVOTED) is not of one kind: those are record errors.
+  A timestamp column takes only zoned values, a timestamp_ntz column only zone-less ones (and dates), neither more
+  than microsecond precision: anything else is a record error, never a shifted value.
+  Only years 1 to 9999 (in UTC, for a zoned value) are dates and times, as in Delta and Spark: in a new column a
+  value outside them counts as another string, and into a date or timestamp column it is a record error.
+- Values of several JSON kinds for one new field in a batch: plain_json.py's `_outvoted`.
 - Names that differ only in case are one column (Delta's names are case-insensitive): the name the held schema has,
   else the first seen; a record with both is a record error.
 
@@ -35,6 +37,9 @@ from connector.schema.names import plain_refused, sanitized
 
 EXACT = 1 << 53
 """Integers up to this magnitude are exact in a double."""
+OUTVOTED = 10
+"""A new string field whose values are dates or times but for at most one in this many takes their type, and the
+others are record errors; with more of them it stays string (which holds every value)."""
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 DUPLICATE_FIELD = "DuplicateField"
 INVALID_NAME = "InvalidFieldName"
@@ -298,18 +303,49 @@ def _new(array: pa.Array, path: str, rows: pa.Array | None,
             return None, None
         return _list(offsets, settled, array, pa.field("item", item))
     if types.is_string(kind):
-        for pattern, target in _INFERRED:
-            if pc.all(pc.match_substring_regex(array, pattern)).as_py():
-                try:
-                    cast = array.cast(target)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    continue
-                if pc.all(_within_years(cast)).as_py():  # else no date or time Delta holds: a string
-                    return cast, target
-        return array, kind
+        return _new_strings(array, path, rows, rules)
     if types.is_timestamp(kind):  # the reader's own inference (the batch is re-read as strings before settle)
         return array.cast(_LOCAL), _LOCAL
     return array, kind
+
+
+def _new_strings(array: pa.Array, path: str, rows: pa.Array | None, rules: Rules) -> tuple[pa.Array, pa.DataType]:
+    """A new string field's column: the first of date, timestamp, timestamp_ntz that every value is; else the one
+    that all values but the fewest, at most one in OUTVOTED, are (those values are record errors: one bad value
+    among instants costs only itself); else string (nothing lost: it holds every value)."""
+    count = len(array) - array.null_count
+    best: tuple[int, pa.Array, pa.Array, pa.DataType] | None = None
+    for pattern, target in _INFERRED:
+        matches = pc.match_substring_regex(array, pattern).fill_null(False)
+        if (count - (pc.sum(matches).as_py() or 0)) * OUTVOTED > count:
+            continue  # (the common case of other strings: no cast tried)
+        converted, fits = _as_time(array, matches, target)
+        misfits = count - (pc.sum(fits).as_py() or 0)
+        if misfits == 0:
+            return converted, target
+        if misfits * OUTVOTED <= count and (best is None or misfits < best[0]):
+            best = (misfits, converted, fits, target)
+    if best is None:
+        return array, array.type
+    _, converted, fits, target = best
+    misfit = pc.and_(array.is_valid(), pc.invert(fits))
+    first = array.filter(misfit)[0].as_py()
+    _mark(rules, rows, misfit, (TYPE_MISMATCH, (
+        f"field '{path}' is {show(first)}, but the other values of the field in its batch make the column "
+        f"{_name(target)}, which cannot hold it")))
+    return converted, target
+
+
+def _as_time(array: pa.Array, fits: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Array]:
+    """Strings (those `fits` selects: the ones that match target's pattern) as `target`: null where a value is not
+    one or is outside years 1 to 9999; and which values are."""
+    kept = pc.if_else(fits, array, pa.scalar(None, pa.string()))
+    try:
+        converted = kept.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        converted = pa.array([_one_time(v, target) for v in kept.to_pylist()], target)
+    fits = pc.and_(converted.is_valid(), _within_years(converted).fill_null(False))
+    return pc.if_else(fits, converted, pa.scalar(None, target)), fits
 
 
 def _list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -473,10 +509,16 @@ INFERENCE_TABLE = (
      "the column takes only zone-less values (and dates, at midnight); a zoned value is a record error, never shifted"),
     ("`YYYY-MM-DD`", "date", ""),
     ("a date or date-time outside years 1 to 9999 (in UTC when zoned: `0000-01-01`, `0001-01-01T00:00:00+01:00`)",
-     "string", "what Delta and Spark cannot hold is no date: a new column with such a value stays string; into a date "
-     "or timestamp column it is a record error naming the field"),
+     "string", "what Delta and Spark cannot hold is no date: in a new column it counts as another string (below); into "
+     "a date or timestamp column it is a record error naming the field"),
     ("more than microsecond precision, or mixed kinds in a new column", "string",
-     "a new column whose first values mix these kinds stays string; into a time column it is a record error"),
+     "a new column whose batch mixes these kinds (or times and other strings, more than one value in ten of "
+     "another kind) stays string; into a time column it is a record error"),
+    ("dates or times of one kind but for at most one value in ten in a new column's batch", "that kind",
+     "the other values are record errors naming the field: one bad value never makes the column a string"),
+    ("a new field whose batch holds values of several JSON kinds (number, string, boolean, object, array)",
+     "the kind most records hold", "on a tie the first record's; the other records are record errors naming the "
+     "field, never a column typed by one record against the rest of its batch"),
     ("other strings", "string", ""),
     ("objects / arrays", "struct / array", "fields and items by the same rules"),
     ("names that differ only in case (`Name`, `name`)", "one column",

@@ -32,6 +32,7 @@ from connector.formats.problems import (
     TYPE_MISMATCH,
     found,
     kind_of,
+    show,
 )
 from connector.formats.json_types import (
     EXACT,
@@ -199,6 +200,13 @@ class JsonRows:
                 screened_index.append(i)
         if not screened_lines:
             return
+        if self.schema is None or self._rules().open_:
+            outvoted = _outvoted(screened_lines, self.schema)
+            if outvoted:
+                for j, problem in outvoted.items():
+                    rejected[screened_index[j]] = problem
+                screened_lines = [line for j, line in enumerate(screened_lines) if j not in outvoted]
+                screened_index = [i for j, i in enumerate(screened_index) if j not in outvoted]
         try:
             self._keep(self._parse(screened_lines, screened_index, rejected), tables, converted)
         except _ChunkFailed:
@@ -348,6 +356,72 @@ class JsonRows:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
             return MALFORMED_JSON, f"cannot be read as columns: {error}"
         return TYPE_MISMATCH, f"does not fit the schema: {reader_error}"
+
+
+def _outvoted(lines: list[bytes], held: pa.Schema | None) -> dict[int, tuple[str, str]]:
+    """The records (their positions in `lines`) whose value at some field the held schema does not type yet is of
+    another JSON kind (boolean, number, string, object, array) than the kind most of the batch's records have there
+    (on a tie, the first record's): record errors, so that one record's kind never decides a column against the
+    rest of its batch. Nested fields and array items count as fields of their own."""
+    held_paths: set[str] = set()
+
+    def typed(kind: pa.DataType, path: str) -> None:
+        held_paths.add(path)
+        if pa.types.is_struct(kind):
+            for f in kind:
+                typed(f.type, f"{path}.{f.name.lower()}")
+        elif is_list(kind) or pa.types.is_fixed_size_list(kind):
+            typed(kind.value_type, f"{path}[]")
+
+    for f in held or ():
+        typed(f.type, f.name.lower())
+    kinds_of: list[dict[str, tuple[str, Any]]] = []
+    votes: dict[str, dict[str, int]] = {}
+
+    def walk(value: Any, path: str, shown: str, kinds: dict[str, tuple[str, Any]]) -> None:
+        if value is None:
+            return
+        if path not in held_paths:
+            kinds.setdefault(f"{path}\0{kind_of(value)}", (shown, value))
+        if type(value) is dict:
+            for name, item in value.items():
+                walk(item, f"{path}.{name.lower()}" if path else name.lower(), f"{shown}.{name}" if shown else name,
+                     kinds)
+        elif type(value) is list:
+            for item in value:
+                walk(item, f"{path}[]", f"{shown}[]", kinds)
+
+    for line in lines:
+        kinds: dict[str, tuple[str, Any]] = {}
+        try:
+            walk(json.loads(line), "", "", kinds)
+        except (ValueError, RecursionError):
+            pass
+        kinds.pop(f"\0{kind_of({})}", None)  # the record itself
+        paths = [key.split("\0")[0] for key in kinds]
+        if len(set(paths)) < len(paths):  # an array of mixed kinds: no column takes it, whatever the others hold
+            kinds = {key: v for key, v in kinds.items() if paths.count(key.split("\0")[0]) == 1}
+        kinds_of.append(kinds)
+        for key in kinds:
+            path, kind = key.split("\0")
+            counts = votes.setdefault(path, {})
+            counts[kind] = counts.get(kind, 0) + 1
+    winners = {path: max(counts, key=counts.__getitem__) for path, counts in votes.items() if len(counts) > 1}
+    if not winners:
+        return {}
+    out: dict[int, tuple[str, str]] = {}
+    for j, kinds in enumerate(kinds_of):
+        for key, (shown, value) in kinds.items():
+            path, kind = key.split("\0")
+            winner = winners.get(path)
+            if winner is not None and kind != winner:
+                count, total = votes[path][winner], sum(votes[path].values())
+                article = "an" if winner[0] in "aeiou" else "a"
+                out[j] = (TYPE_MISMATCH, (
+                    f"field '{shown}' is {kind_of(value)} {show(value)}, but {count} of the {total} records of its "
+                    f"batch with that field hold {article} {winner} there, which the column takes"))
+                break
+    return out
 
 
 def _pieces(lines: list[bytes], index: list[int]) -> list[tuple[list[bytes], list[int]]]:

@@ -102,6 +102,8 @@ class Converter:
         self._read = self._reader()
         """The value reader, chosen once: every batch is read by it."""
         self._generated: tuple[Transform, ...] = ()
+        self._deferred: int | None = None
+        """The offset of a batch whose first records the inferred types refused (see _defers)."""
 
     def _reader(self) -> Reader:
         """The value reader of this converter's settings (participant/convert/values.py; changes.py for keyed
@@ -265,6 +267,8 @@ class Converter:
         typed_keys = self._keys.decode_keys(keys, rejected) if self.key_schemas and self.connect_meta_data else None
         data, kept, cut, changes = self._read(keys, values, value_array, rejected)
 
+        if cut is not None and not self._defers(cut, offsets):
+            cut = None
         if cut is not None:
             # a record the types inferred so far cannot hold, before the table exists: the batch ends before it, and
             # it is read again in the next txn, against the table that txn's commit makes (or a fresh inference),
@@ -301,6 +305,20 @@ class Converter:
             raise LakesinkError(f"conversion lost records: {rows} rows + {len(failures)} failures != {n} records")
         return ConvertResult(data if rows else None, failures, offsets[0], offsets[n] if cut is not None else
                              offsets[-1] + 1, bytes_in)
+
+    def _defers(self, cut: int, offsets: list[int]) -> bool:
+        """Whether the batch ends at `cut`, the first record the types inferred so far refuse before the table exists
+        (its records from there on are read again in the next txn). When nothing would be taken before it, that
+        happens once: read again at the same offset and still with no table, the batch is taken whole (the records
+        the inference refuses are record errors), else a partition whose batch starts with such a record would wait
+        for a table that only its own records make."""
+        if cut > 0:
+            return True
+        if self._deferred == offsets[0]:
+            self._deferred = None
+            return False
+        self._deferred = offsets[0]
+        return True
 
     def _header_columns_of(self, headers: list[Headers], kinds: list[int], rejected: dict[int, tuple[str, str]]
                            ) -> list[tuple[pa.Field, pa.Array]]:

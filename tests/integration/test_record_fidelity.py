@@ -312,3 +312,29 @@ def test_zoned_times_are_timestamps_zone_less_ones_timestamp_ntz_and_a_zoned_val
     assert out.row(id=5)["wall"] == dt.datetime(2024, 3, 11)
     assert set(out.letters) == set(out.where(id=3) + out.where(id=4) + out.where(id=6) + out.where(id=7)), out.letters
     assert all(h[CLASS] == "TypeMismatch" for h in out.letters.values()), out.letters
+
+
+def _instants(count: int, bad_at: int, bad: Any) -> list[tuple[int, Any]]:
+    start = dt.datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
+    return [(0, {"id": i, "ts": bad if i == bad_at else
+                 (start + dt.timedelta(seconds=7 * i, microseconds=13 * i)).isoformat().replace("+00:00", "Z")})
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("bad_at, bad", [(57, "not a time"), (0, "2024-13-45T99:00:00Z"), (0, 1714550400)])
+def test_one_bad_time_among_instants_costs_only_itself_before_the_table_exists(
+        spark, kafka_bootstrap, make_topic, tmp_path, bad_at, bad):
+    """200 records with ISO-8601 instants in `ts`, one of them no time (text, or a number, which the JSON reader
+    cannot put in one column with strings; in the middle, or the first of the batch), all read before the table
+    exists: `ts` is a timestamp column holding the 199 instants as Python's datetime reads them, and only the bad
+    record is a dead letter (TypeMismatch, naming the field), with its offset."""
+    out = run(spark, kafka_bootstrap, make_topic, tmp_path, [_instants(200, bad_at, bad)])
+    assert out.types["ts"] == "timestamp", out.types
+    [(partition, offset)] = out.where(id=bad_at)
+    assert set(out.letters) == {(partition, offset)}, {c: h[MESSAGE] for c, h in out.letters.items()}
+    assert out.letters[(partition, offset)][CLASS] == "TypeMismatch"
+    assert "'ts'" in out.letters[(partition, offset)][MESSAGE]
+    good = [c for c in out.sent if c != (partition, offset)]
+    assert len(out.rows) == len(good) == 199
+    for coord in good:
+        assert out.rows[coord]["ts"] == dt.datetime.fromisoformat(out.value(coord)["ts"]), out.sent[coord]

@@ -504,3 +504,115 @@ def test_every_record_is_a_row_or_a_failure_while_inferring(chosen):
     assert result.next_offset == cut
     check_accounting(result, cut)
     assert [f.offset for f in result.failures] == [i for i in range(cut) if KINDS[chosen[i]][0] == BAD]
+
+
+# --- one bad value never decides a new column's type for its batch ------------------------------------------
+
+
+def sink_batch(values):
+    """`values` (offsets 100...) through one partition's converter as the pipeline reads them before the table
+    exists: a batch that ends before a record (the cut) goes on in the next txn against the table its rows make,
+    or, with nothing taken, from the same offset with no table. Returns the schema of the rows, the rows by offset
+    (without the meta data columns) and the failures by offset."""
+    converter, start, rows, failures, schema = Converter(), 0, {}, {}, None
+    for _ in range(4):
+        result = run(converter, values[start:], first_offset=100 + start)
+        failures.update({f.offset: f for f in result.failures})
+        if result.table is not None:
+            schema = schema or result.table.schema
+            data = result.table.drop_columns([c for c in META if c != "_kafka_offset"])
+            rows.update({r.pop("_kafka_offset"): r for r in data.to_pylist()})
+            converter.set_schema(result.table.schema)  # the table the txn's commit makes
+        start = result.next_offset - 100
+        if start == len(values):
+            data_schema = pa.schema([f for f in schema if f.name not in META]) if schema is not None else None
+            return data_schema, rows, failures
+    raise AssertionError(f"the batch never ended: at offset {100 + start}")
+
+
+def instants(count):
+    start = dt.datetime(2024, 5, 1, 8, 0, tzinfo=dt.timezone.utc)
+    return [(start + dt.timedelta(seconds=7 * i, microseconds=13 * i)).isoformat().replace("+00:00", "Z")
+            for i in range(count)]
+
+
+@pytest.mark.parametrize("bad_at", [0, 57, 199])
+@pytest.mark.parametrize("bad", ["not a time", "2024-13-45T99:00:00Z", "2024-05-01", "2024-05-01T08:00:00",
+                                 "2024-05-01T08:00:00.1234567Z", "0000-01-01T00:00:00Z"])
+def test_one_bad_time_among_instants_costs_only_itself(bad_at, bad):
+    stamps = instants(200)
+    values = [js(id=i, ts=bad if i == bad_at else stamps[i]) for i in range(200)]
+    schema, rows, failures = sink_batch(values)
+    assert schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert set(failures) == {100 + bad_at} and failures[100 + bad_at].error_class == TYPE_MISMATCH
+    assert "'ts'" in failures[100 + bad_at].error_message and json.dumps(bad) in failures[100 + bad_at].error_message
+    expected = {100 + i: {"id": i, "ts": dt.datetime.fromisoformat(stamps[i])} for i in range(200) if i != bad_at}
+    assert rows == expected
+
+
+@pytest.mark.parametrize("bad_at", [0, 57])
+@pytest.mark.parametrize("good, bad", [
+    (lambda i: {"x": i}, {"x": "seven"}),
+    (lambda i: {"x": i}, {"x": True}),
+    (lambda i: {"x": i}, {"x": {"n": 1}}),
+    (lambda i: {"x": i}, {"x": [1]}),
+    (lambda i: {"x": i % 2 == 0}, {"x": 3}),
+    (lambda i: {"x": f"s{i}"}, {"x": 4}),
+    (lambda i: {"a": {"b": i, "c": f"c{i}"}}, {"a": {"b": "s", "c": "c"}}),
+    (lambda i: {"a": [{"b": i}]}, {"a": [{"b": False}]}),
+    (lambda i: {"d": "2024-05-01"}, {"d": "May 1st"}),
+])
+def test_one_record_of_another_kind_never_types_the_column_for_the_others(bad_at, good, bad):
+    """Every good record lands as it would have without the bad one (the oracle: the same batch without it); only
+    the bad one is a record error, naming its field."""
+    records = [bad if i == bad_at else {"id": i, **good(i)} for i in range(200)]
+    schema, rows, failures = sink_batch([json.dumps(r).encode() for r in records])
+    alone_schema, alone_rows, alone_failures = sink_batch(
+        [json.dumps(r).encode() for i, r in enumerate(records) if i != bad_at])
+    assert not alone_failures
+    assert set(failures) == {100 + bad_at}, {o: f.error_message for o, f in failures.items()}
+    assert failures[100 + bad_at].error_class == TYPE_MISMATCH
+    assert f"'{next(iter(bad))}" in failures[100 + bad_at].error_message
+    assert schema.field("id").type == pa.int64() and alone_schema.field("id").type == pa.int64()
+    assert {f.name: f.type for f in schema} == {f.name: f.type for f in alone_schema}
+    renumbered = {o + (o >= 100 + bad_at): row for o, row in alone_rows.items()}
+    assert rows == renumbered
+
+
+def test_two_groups_of_times_and_other_strings_make_a_string_column_and_lose_nothing():
+    stamps = instants(100)
+    values = [js(ts=stamps[i // 2] if i % 2 else f"tag-{i}") for i in range(200)]
+    schema, rows, failures = sink_batch(values)
+    assert schema.field("ts").type == pa.string() and not failures
+    assert rows == {100 + i: json.loads(v) for i, v in enumerate(values)}
+
+
+def test_times_take_a_column_with_at_most_one_other_value_in_ten():
+    stamps = instants(10)
+    for good, typed in ((9, True), (8, False)):
+        values = [js(ts=t) for t in stamps[:good]] + [js(ts="soon")]
+        schema, rows, failures = sink_batch(values)
+        if typed:
+            assert schema.field("ts").type == pa.timestamp("us", tz="UTC") and set(failures) == {100 + good}
+        else:
+            assert schema.field("ts").type == pa.string() and not failures
+        assert len(rows) + len(failures) == len(values)
+
+
+def test_two_kinds_of_similar_size_the_column_takes_the_most_and_every_record_is_accounted_for():
+    records = [{"x": i} if i % 2 else {"x": f"s{i}"} for i in range(201)]  # 101 strings, 100 numbers
+    schema, rows, failures = sink_batch([json.dumps(r).encode() for r in records])
+    assert schema.field("x").type == pa.string()
+    assert {o - 100 for o in failures} == {i for i in range(201) if i % 2}
+    assert rows == {100 + i: records[i] for i in range(201) if not i % 2}
+
+
+def test_a_batch_whose_first_record_is_outvoted_waits_once_for_a_table_another_partition_may_make():
+    values = [js(x="seven")] + [js(x=i) for i in range(1, 50)]
+    converter = Converter()
+    first = run(converter, values)
+    assert (first.table, first.failures, first.next_offset) == (None, [], 100)  # nothing taken, nothing dead
+    converter.set_schema(pa.schema([("x", pa.int64())]))  # the table another partition's commit made meanwhile
+    again = run(converter, values)
+    assert failure_kinds(again) == {100: TYPE_MISMATCH} and "table schema" in again.failures[0].error_message
+    assert data_rows(again) == [json.loads(v) for v in values[1:]]
