@@ -5,18 +5,20 @@ through Spark's log store and Hadoop's checksum check. This is what connector/ta
 which every Spark session of lakesink uses for file: tables, stands for (docs/ARCHITECTURE.md, "Every commit is
 put-if-absent").
 
-With Delta's default store for file: (`LAKESINK_LOCAL_RACE_LOG_STORE=default`, run by hand) a writer checks that a
-version is absent and then renames onto it, and renames Hadoop's checksum side file after: now and then a commit a
-writer was told it created is replaced by another's, which stands beside the first one's checksum
-(ChecksumException on read) while its writer was told it lost. It needs a writer to be descheduled inside that
-check-then-rename, so it shows only now and then: 3 of 3,250 versions raced by two or four such JVMs on a busy
-machine went wrong (eight runs of this test's writers, one in a run or none), so this test fails there in some runs,
-not in every one."""
+Every writer's Hadoop pauses a rename onto a commit file for 20 ms after its own checks that the target is absent
+(testkit/java/io/lakesink/testkit/PausingLocalFs.java), as a writer descheduled at that instant on a busy machine
+does; lakesink's store does not rename commits, so it is the same for both stores. With Delta's default store for
+file: (`LAKESINK_LOCAL_RACE_LOG_STORE=default`, run by hand) a writer checks that a version is absent and then
+renames onto it, and renames Hadoop's checksum side file after: a commit a writer was told it created is replaced by
+another's, which stands beside the first one's checksum (ChecksumException on read) while its writer was told it
+lost. This test fails there (5 of 50 versions went so in a run of its writers). Without the pause the same happens
+only now and then: 4 of 3,850 versions raced by two or four such JVMs on a busy machine, in nine runs."""
 from __future__ import annotations
 
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,9 +33,11 @@ from connector.jvm import jars
 pytestmark = pytest.mark.integration
 
 WRITERS = 2
-VERSIONS = 300  # each raced by both writers
+VERSIONS = 100  # each raced by both writers
 INTERVAL_S = 0.1
+RENAME_PAUSE_MS = 20
 WRITER = Path(__file__).with_name("local_commit_writer.py")
+PAUSING_FS = Path(__file__).resolve().parents[2] / "testkit/java/io/lakesink/testkit/PausingLocalFs.java"
 
 
 def test_two_jvms_racing_for_each_log_version_of_a_local_table_lose_no_commit(spark, tmp_path, report):
@@ -42,7 +46,11 @@ def test_two_jvms_racing_for_each_log_version_of_a_local_table_lose_no_commit(sp
     table = tmp_path / "raced"
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = "
               f"'100000')")
-    settings = {"spark.delta.logStore.file.impl": "io.delta.storage.HDFSLogStore"} if default_store else {}
+    settings = {"spark.driver.extraClassPath": str(_compile_pausing_fs(tmp_path / "classes")),
+                "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.lakesink.testkit.PausingLocalFs",
+                "spark.hadoop.lakesink.test.rename.pause.ms": str(RENAME_PAUSE_MS)}
+    if default_store:
+        settings["spark.delta.logStore.file.impl"] = "io.delta.storage.HDFSLogStore"
     writers = [_Writer(table, f"w{i}", settings) for i in range(WRITERS)]
     try:
         for w in writers:
@@ -79,8 +87,8 @@ def test_two_jvms_racing_for_each_log_version_of_a_local_table_lose_no_commit(sp
         spark_txns = int(snapshot.setTransactions().size())
     except Exception as exc:  # noqa: BLE001 - the assertion below names it
         history, spark_txns, unreadable = [], None, str(exc).splitlines()[0][:300]
-    report(f"local log race ({'Delta default' if default_store else 'lakesink exclusive'} log store): {WRITERS} "
-           f"JVMs x {VERSIONS} versions in {raced_s:.0f} s, won per writer "
+    report(f"local log race ({'Delta default' if default_store else 'lakesink exclusive'} log store, renames paused "
+           f"{RENAME_PAUSE_MS} ms): {WRITERS} JVMs x {VERSIONS} versions in {raced_s:.0f} s, won per writer "
            f"{[len(o['won']) for o in outcomes.values()]}, {len(twice)} versions claimed twice, {len(lost)} claimed "
            f"commits not in the table, Spark read-back: {unreadable or 'ok'}")
     assert failed == {}, f"writes that raised: {failed}"
@@ -90,6 +98,16 @@ def test_two_jvms_racing_for_each_log_version_of_a_local_table_lose_no_commit(sp
     assert unclaimed == [], f"versions no writer was told it created: {unclaimed[:10]}"
     assert history == list(range(VERSIONS + 1)) and rs.version() == VERSIONS
     assert spark_txns == VERSIONS
+
+
+def _compile_pausing_fs(classes: Path) -> Path:
+    javac = shutil.which("javac", path=jars._java_path())
+    assert javac, "javac (a JDK 17) is needed to build the test's pausing file system"
+    hadoop = next(jars.spark_jars_dir().glob("hadoop-client-api-*.jar"))
+    proc = subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", str(hadoop),
+                           str(PAUSING_FS)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return classes
 
 
 class _Writer:

@@ -50,7 +50,8 @@ public class ExclusiveLocalLogStore extends HadoopFileSystemLogStore {
         java.nio.file.Path temporary = directory.resolve("." + name + "." + UUID.randomUUID() + ".tmp");
         java.nio.file.Path checksum = directory.resolve("." + name + ".crc");
         try {
-            try (FileChannel out = FileChannel.open(temporary, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+            try (FileChannel out =
+                     FileChannel.open(temporary, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
                 while (actions.hasNext()) {
                     ByteBuffer line = ByteBuffer.wrap((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
                     while (line.hasRemaining()) {
