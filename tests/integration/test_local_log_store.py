@@ -6,7 +6,7 @@ which every Spark session of lakesink uses for file: tables, stands for (docs/AR
 put-if-absent").
 
 Every writer's Hadoop pauses a rename onto a commit file for 20 ms after its own checks that the target is absent
-(testkit/java/io/lakesink/testkit/PausingLocalFs.java), as a writer descheduled at that instant on a busy machine
+(tests/integration/java/io/lakesink/tests/PausingLocalFs.java), as a writer descheduled at that instant on a busy machine
 does; lakesink's store does not rename commits, so it is the same for both stores. With Delta's default store for
 file: (`LAKESINK_LOCAL_RACE_LOG_STORE=default`, run by hand) a writer checks that a version is absent and then
 renames onto it, and renames Hadoop's checksum side file after: a commit a writer was told it created is replaced by
@@ -37,7 +37,7 @@ VERSIONS = 100  # each raced by both writers
 INTERVAL_S = 0.1
 RENAME_PAUSE_MS = 20
 WRITER = Path(__file__).with_name("local_commit_writer.py")
-PAUSING_FS = Path(__file__).resolve().parents[2] / "testkit/java/io/lakesink/testkit/PausingLocalFs.java"
+PAUSING_FS = Path(__file__).with_name("java") / "io/lakesink/tests/PausingLocalFs.java"
 
 
 def test_two_jvms_racing_for_each_log_version_of_a_local_table_lose_no_commit(spark, tmp_path, report):
@@ -47,7 +47,7 @@ def test_two_jvms_racing_for_each_log_version_of_a_local_table_lose_no_commit(sp
     spark.sql(f"CREATE TABLE delta.`{table}` (id BIGINT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = "
               f"'100000')")
     settings = {"spark.driver.extraClassPath": str(_compile_pausing_fs(tmp_path / "classes")),
-                "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.lakesink.testkit.PausingLocalFs",
+                "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.lakesink.tests.PausingLocalFs",
                 "spark.hadoop.lakesink.test.rename.pause.ms": str(RENAME_PAUSE_MS)}
     if default_store:
         settings["spark.delta.logStore.file.impl"] = "io.delta.storage.HDFSLogStore"

@@ -1,4 +1,4 @@
-package io.lakesink.testkit;
+package io.lakesink.tests;
 
 import java.io.IOException;
 import java.net.URI;
