@@ -12,8 +12,8 @@ store for file: (`LAKESINK_LOCAL_RACE_LOG_STORE=default`, run by hand) a writer 
 then renames onto it, and renames Hadoop's checksum side file after: a commit a writer was told it created is
 replaced by another's, which stands beside the first one's checksum (ChecksumException on read) while its writer was
 told it lost. This test fails there: 68, 79 and 82 of the 100 commits the writers were told they created were not in
-the table in three runs. Without the pause the same happens only now and then: 4 of 3,850 versions raced by two or
-four such JVMs on a busy machine, in nine runs."""
+the table in three runs. Without the pause the same happens only now and then: 4 of 4,150 versions raced by two or
+four such JVMs on a busy machine, in ten runs."""
 from __future__ import annotations
 
 import json
