@@ -140,9 +140,12 @@ def kafka_bootstrap(kafka_broker) -> str:
 
 @pytest.fixture(scope="session")
 def admin(kafka_bootstrap):
+    """The session's admin client. It never has the broker create a topic: librdkafka refreshes the metadata of every
+    topic a client has looked up by name (create_topic does) every five minutes, and an admin client, built as a
+    producer, asks the broker to create those that do not exist by default: a topic a test deleted would come back."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+    return AdminClient({"bootstrap.servers": kafka_bootstrap, "allow.auto.create.topics": False})
 
 
 @pytest.fixture
