@@ -3,7 +3,8 @@
 `KafkaClients.config(role)` is what each client is created with: `bootstrap.servers`, the connection keys of the
 configuration (`security.protocol`, `sasl.*`, `ssl.*`, translated for librdkafka by `connection_settings`), the
 client's own settings, then the pass-through keys of its role (`consumer.*` for consumers and admin clients, less
-the consumer-only ones for admins; `producer.*` for producers), which override any of the others.
+the consumer-only ones for admins; `producer.*` for producers), which override any of the others. An admin client
+never has the broker create a topic (ADMIN_DEFAULTS).
 
 `check_connection` asks the brokers for metadata with those settings before a role opens its clients: a refused
 login or certificate is one line naming the broker and the reason, within seconds, never a client that retries
@@ -46,6 +47,12 @@ CONSUMER_ONLY = frozenset({
 """The `consumer.*` keys an admin client leaves out: librdkafka builds an admin as a producer, which ignores them
 with a warning that reads as if the user's consumer setting were ignored (CONFWARN "... is a consumer property and
 will be ignored by this producer instance")."""
+
+ADMIN_DEFAULTS = {"allow.auto.create.topics": False}
+"""Below an admin client's own settings. librdkafka builds an admin as a producer, which by default lets a broker
+with `auto.create.topics.enable=true` (Kafka's default) create with its defaults every topic the client asks about
+by name, then and at each refresh of the topics it knows: the control topic lakesink creates, a cut-off probe's
+source topic, a dead-letter topic `verify` reads."""
 
 _REFUSALS = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
 """librdkafka errors that no retry cures: a login refused, a certificate chain that does not verify."""
@@ -109,9 +116,11 @@ class KafkaClients:
         return self.consumer_overrides
 
     def config(self, role: Role, own: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The settings to create a client of `role` with: bootstrap, connection, `own` (the client's settings),
-        then the role's pass-through keys, which win."""
-        return {"bootstrap.servers": self.bootstrap, **self.connection, **(own or {}), **self.overrides(role)}
+        """The settings to create a client of `role` with: bootstrap, connection, an admin's ADMIN_DEFAULTS, `own`
+        (the client's settings), then the role's pass-through keys, which win."""
+        defaults = ADMIN_DEFAULTS if role == "admin" else {}
+        return {"bootstrap.servers": self.bootstrap, **self.connection, **defaults, **(own or {}),
+                **self.overrides(role)}
 
 
 def client_config(cfg: LakesinkConfig, role: Role, own: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from connector.protocol.channel import ControlChannel, ensure_control_topic
+from connector.protocol.channel import CONTROL_TOPIC_CONFIG, ControlChannel, ensure_control_topic
 from connector.clock import FakeClock
 from connector.errors import ProtocolError
 from connector.protocol.messages import EndCommit, StartCommit
@@ -27,6 +27,18 @@ def test_control_topic_is_created_with_one_partition(kafka_bootstrap, admin):
     topic = f"control-{uuid.uuid4().hex[:8]}"
     ensure_control_topic(admin, topic)
     assert len(admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) == 1
+
+
+def test_a_channel_creates_its_control_topic_with_its_own_settings_not_the_brokers_defaults(kafka_bootstrap, admin):
+    """The suite's broker, as Kafka's default, creates a topic on first use for a client that lets it, with the
+    broker's defaults (num.partitions, retention): the channel's own lookup of its topic must not."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    topic = f"control-{uuid.uuid4().hex[:8]}"
+    ControlChannel(kafka_bootstrap, topic, "c", "test").close()
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert {k: configs[k].value for k in CONTROL_TOPIC_CONFIG} == CONTROL_TOPIC_CONFIG
 
 
 def test_control_topic_with_several_partitions_is_refused(kafka_bootstrap, admin):

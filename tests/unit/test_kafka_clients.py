@@ -15,7 +15,7 @@ from connector.clock import FakeClock
 from connector.config import config_from_dict, jaas_login
 from connector.errors import ConfigError, SetupError
 from connector.kafka import clients
-from connector.kafka.clients import KafkaClients, check_connection, client_config, refusal
+from connector.kafka.clients import ADMIN_DEFAULTS, KafkaClients, check_connection, client_config, refusal
 from connector.protocol import channel as channel_module
 from connector.secrets import REDACTED
 
@@ -47,7 +47,8 @@ def test_a_plaintext_configuration_builds_the_clients_as_before():
                                                               "group.id": "g", "fetch.max.bytes": "1000"}
     assert client_config(c, "producer", {"acks": "all", "linger.ms": 0}) == {
         "bootstrap.servers": "b1:9093,b2:9093", "acks": "all", "linger.ms": "7"}
-    assert client_config(c, "admin") == {"bootstrap.servers": "b1:9093,b2:9093"}  # fetch.* is for consumers
+    assert client_config(c, "admin") == {"bootstrap.servers": "b1:9093,b2:9093",  # fetch.* is for consumers
+                                         "allow.auto.create.topics": False}
 
 
 def test_an_admin_gets_the_consumer_keys_librdkafka_takes_from_it_and_warns_of_none():
@@ -58,7 +59,7 @@ def test_an_admin_gets_the_consumer_keys_librdkafka_takes_from_it_and_warns_of_n
                      "auto.offset.reset": "earliest", "queued.min.messages": "1000", "group.instance.id": "i"}
     shared = {"socket.timeout.ms": "20000", "client.rack": "r1"}
     conf = KafkaClients("127.0.0.1:1", {}, {**consumer_only, **shared}).config("admin")
-    assert conf == {"bootstrap.servers": "127.0.0.1:1", **shared}
+    assert conf == {"bootstrap.servers": "127.0.0.1:1", **ADMIN_DEFAULTS, **shared}
     records: list[logging.LogRecord] = []
     logger = logging.getLogger("test-admin-confwarn")
     logger.addHandler(_Collect(records))
@@ -78,8 +79,8 @@ def test_sasl_ssl_reaches_every_role_and_a_role_override_wins_for_that_role_only
                   "ssl.endpoint.identification.algorithm": "https"}
     consumer, producer, admin = (client_config(c, role) for role in ("consumer", "producer", "admin"))
     assert producer == {"bootstrap.servers": "b1:9093,b2:9093", **connection, "sasl.username": "writer"}
-    assert consumer == admin == {"bootstrap.servers": "b1:9093,b2:9093", **connection,
-                                 "ssl.ca.location": "/other/ca.pem"}
+    assert consumer == {"bootstrap.servers": "b1:9093,b2:9093", **connection, "ssl.ca.location": "/other/ca.pem"}
+    assert admin == {**consumer, **ADMIN_DEFAULTS}
 
 
 def test_the_clients_own_settings_sit_between_the_connection_and_the_pass_through_keys():
