@@ -68,9 +68,8 @@ class Assignments:
         log.info("worker %s assigned %s", self._worker_id(), sorted(f"{t.topic}-{t.partition}" for t in partitions))
         for tp in partitions:
             runner = self.runners[(tp.topic, tp.partition)]
+            runner.delivered_next = tp.offset  # assigned there (OFFSET_BEGINNING: the beginning), paused
             if start is not None:
-                if tp.offset >= 0:
-                    runner.delivered_next = tp.offset
                 self._apply(runner, runner.state.on_message(start))
             elif end is not None:
                 self._apply(runner, runner.state.on_message(end))
@@ -95,7 +94,7 @@ class Assignments:
             offset = runner.pending_seek if runner.pending_seek is not NO_SEEK else runner.state.position
             tps.append(KafkaTP(topic, partition, logical(offset)))
             runner.pending_seek, runner.out_of_range, runner.ahead = NO_SEEK, False, None
-            runner.delivered_next = offset
+            runner.delivered_next = logical(offset)
         consumer.assign(tps)
         consuming = [tp for tp in tps if self.runners[(tp.topic, tp.partition)].state.phase is Phase.CONSUMING]
         consumer.pause([tp for tp in tps if tp not in consuming])

@@ -19,7 +19,9 @@ NO_SEEK = object()
 class PartitionRunner:
     state: ParticipantState
     writer: FileGroupWriter | None = None
-    delivered_next: int | None = None  # offset after the last record consume() handed us for this partition
+    # where the consumer delivers this partition next: the offset after the last record consume() handed us, the
+    # offset of a seek or assignment since (OFFSET_BEGINNING for the partition's beginning), None when unknown
+    delivered_next: int | None = None
     held: tuple | None = None  # (epoch, txn) in which the converter ended the partition's records early
     pending_seek: object = NO_SEEK
     out_of_range: bool = False  # its fetch hit an offset the partition no longer holds: it takes no seek now
@@ -54,6 +56,10 @@ class PartitionRunner:
     def key(self) -> tuple[str, int]:
         return self.state.topic_partition
 
+    def delivers_next(self, offset: int | None) -> bool:
+        """Whether the consumer delivers this partition from `offset` (a START's: None is the beginning) next."""
+        return self.delivered_next is not None and self.delivered_next == logical(offset)
+
 
 @dataclass
 class WorkerStats:
@@ -64,6 +70,7 @@ class WorkerStats:
     status_sent: int = 0
     rebalances: int = 0
     consumers_replaced: int = 0  # group consumers cut off from every broker (connector/kafka/reach.py)
+    seeks: int = 0  # partitions the consumer was moved to another offset (each restarts that partition's fetch)
     by_partition_lag: dict = field(default_factory=dict)
 
 

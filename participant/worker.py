@@ -272,17 +272,18 @@ class Worker:
                 runner.writer = self._new_writer(runner)
                 runner.forget_failures()
                 ahead = self._take_ahead(runner)
-                # delivered_next None: where the consumer reads next is unknown (records dropped by _hold), even when
-                # the position is None too (no committed offset: the beginning)
-                if ahead is None and runner.pending_seek is NO_SEEK and (
-                        runner.delivered_next is None or runner.delivered_next != runner.state.position):
+                # no seek when the consumer delivers the txn's position next anyway: each seek restarts the
+                # partition's fetch, and a seek at every START of short txns can keep its records from arriving
+                # within any txn (docs/ARCHITECTURE.md, Liveness); delivered_next None: unknown (records dropped)
+                if ahead is None and runner.pending_seek is NO_SEEK \
+                        and not runner.delivers_next(runner.state.position):
                     self._seek(runner, runner.state.position)
                 self._consumer.resume([KafkaTP(topic, partition)])
                 if ahead:
                     self._handle_records(runner, ahead)
             elif isinstance(effect, Pause):
-                if effect.read_ahead and runner.state.position is not None and runner.held is None \
-                        and runner.pending_seek is NO_SEEK and runner.delivered_next == runner.state.position:
+                if effect.read_ahead and runner.held is None and runner.pending_seek is NO_SEEK \
+                        and runner.delivers_next(runner.state.position):
                     runner.ahead, runner.ahead_from, runner.ahead_bytes = [], runner.state.position, 0
                 else:
                     runner.ahead = None
@@ -359,7 +360,7 @@ class Worker:
             if offset == runner.ahead_from:
                 return  # the records from `offset` on were read ahead: the consumer goes on after them
             runner.ahead = None
-        if offset is not None and runner.delivered_next == offset:
+        if runner.delivers_next(offset):
             runner.pending_seek = NO_SEEK  # the consumer delivers exactly this offset next
             return
         runner.pending_seek = offset
@@ -379,7 +380,8 @@ class Worker:
             log.debug("seek %s-%d to %s not possible yet (%s); retrying", topic, partition, offset, exc)
             return
         runner.pending_seek = NO_SEEK
-        runner.delivered_next = offset
+        runner.delivered_next = logical(offset)
+        self.stats.seeks += 1
 
     def _retry_seeks(self) -> None:
         for runner in self.runners.values():

@@ -199,3 +199,26 @@ def test_a_steady_stream_fills_every_txn_the_records_read_during_the_commit_star
     assert len(committed) >= 7, f"txns that ended empty while records arrived: {sorted(set(window) - set(txns))}"
     rows = open_table(cfg.table_path).to_pyarrow_table(columns=["_kafka_partition", "_kafka_offset"])
     assert rows.num_rows == sum(ends.values()) and len(set(zip(*rows.to_pydict().values()))) == rows.num_rows
+
+
+def test_records_waiting_at_the_first_start_are_read_within_the_first_short_txns(kafka_bootstrap, make_topic,
+                                                                                table_path, spark, report):
+    """A partition without an offset in the table starts at its beginning: the worker's consumer is put there once
+    and left there, not sought there again at every START. A seek restarts the partition's fetch, and with one at
+    each START of short txns the records waiting in the topic could arrive within none of them: a worker reported
+    nothing for 145 txns of 300 ms in a row (60 s) while 12 records waited, and a consumer of the real broker sought
+    to the beginning every 150 ms, paused 100 ms in between, received nothing in 40 rounds, 5 times of 5."""
+    from testkit import lakesink_commits
+
+    topic = make_topic(partitions=2)
+    counts = produce_json(kafka_bootstrap, topic, 12, 2)
+    cfg = _config(kafka_bootstrap, topic, table_path, **{"transaction.interval.ms": 150,
+                                                         "compaction.enabled": "false"})
+    with Sink(cfg, spark) as sink:
+        drain(sink, cfg, {(topic, p): n for p, n in counts.items()}, "the waiting records committed", 60)
+        assert not sink.errors
+    commits = lakesink_commits(cfg.table_path)
+    report(f"12 records waiting at the first START, 150-ms txns: first committed by txn {commits[0][2]}, all by txn "
+           f"{commits[-1][2]}; {sink.worker.stats.seeks} seeks")
+    assert sink.worker.stats.seeks == 0, "the consumer was sought where it was assigned and read from anyway"
+    assert open_table(cfg.table_path).to_pyarrow_table().num_rows == 12
