@@ -122,11 +122,21 @@ def get_spark(app_name: str = "lakesink", master: str = "local[*]", conf: Mappin
             builder = builder.config(key, value)
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
     spark = builder.getOrCreate()
+    register_delta_settings(spark)
     for key, value in SPARK_SETTINGS.items():  # a session this process had already keeps its settings otherwise
         spark.conf.set(key, value)
     spark.sparkContext.setLogLevel(os.environ.get("LAKESINK_SPARK_LOG_LEVEL", "WARN"))
     _quiet_expected_conflicts(spark)
     return spark
+
+
+def register_delta_settings(spark) -> None:
+    """Have Delta register its SQL settings (`spark.databricks.delta.*`) with Spark now, before the session is handed
+    to any other thread. Delta registers them one by one when its code first runs, and Spark refuses to set or
+    unset a setting it knows of but has not registered as an SQL one yet (CANNOT_MODIFY_CONFIG): a commit that sets
+    or unsets Delta's txn settings (connector/table/merge.py, own_session) while another thread's first Delta
+    operation (the coordinator's warm-up) registers them would fail."""
+    spark._jvm.org.apache.spark.sql.delta.sources.DeltaSQLConf.DELTA_IDEMPOTENT_DML_TXN_VERSION()
 
 
 QUIET_LOGGERS = ("org.apache.hadoop.fs.s3a.S3ABlockOutputStream", "org.apache.hadoop.fs.s3a.S3AInstrumentation")
