@@ -58,18 +58,25 @@ def produce_changelog(bootstrap, topic, events, pause_s: float = 0.0, stop: thre
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    failed: list[str] = []  # a failed delivery leaves the queue too: flush() alone would not tell
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            failed.append(f"{topic}-{msg.partition()}: {err}")
+
     for event in events:
         if stop is not None and stop.is_set():
             break
         partition, key, value = event
         producer.produce(topic, partition=partition, key=json.dumps({"id": key}).encode(),
-                         value=None if value is None else json.dumps(value).encode())
+                         value=None if value is None else json.dumps(value).encode(), on_delivery=delivered)
         if produced is not None:
             produced.append(event)
         if pause_s:
             producer.poll(0)
             time.sleep(pause_s)
     assert producer.flush(30) == 0
+    assert not failed, f"{len(failed)} change(s) not delivered, the first: {failed[0]}"
 
 
 def changelog_ends(events) -> dict:
