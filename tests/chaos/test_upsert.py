@@ -73,11 +73,13 @@ def _sink_and_compare(order, changes, tombstones, kills, coordinator_kill, boots
         coordinator = c.start("coordinator")
         sink = DeltaTableSink(str(c.table.root.key), config_name(config), store=c.table)
         wait_until(lambda: c.assert_alive(worker, coordinator) or any(committed_per_partition(sink)), 120,
-                   "a first commit")
+                   f"a first commit (logs in {tmp_path})")
         started = time.monotonic()  # the kills fall among the commits that follow
         moments = sorted([(t, "worker") for t in kills] + [(coordinator_kill, "coordinator")])
+        killed = []  # (role, seconds after the first commit was seen) as they fell
         for i, (at, role) in enumerate(moments):
             time.sleep(max(0.0, started + at - time.monotonic()))
+            killed.append((role, round(time.monotonic() - started, 1)))
             if role == "worker":
                 worker.kill()
                 worker = c.start("worker")
@@ -88,14 +90,28 @@ def _sink_and_compare(order, changes, tombstones, kills, coordinator_kill, boots
                 produce_changelog(bootstrap, topic, events[half:])
         ends = changelog_ends(events)
         wait_until(lambda: c.assert_alive(worker, coordinator) or committed_per_partition(sink) == ends, 240,
-                   f"offsets {ends} committed")
+                   f"offsets {ends} committed (SIGKILLs {killed}; logs in {tmp_path})")
         got = changelog_rows(c.table, order)
         want = fold_changelog(events, order)
         report(f"changelog {order}: {len(events)} events, {len(want)} live keys, {len(kills)} worker and 1 "
                f"coordinator SIGKILL(s): table {len(got)} live rows")
-        assert got == want
+        assert got == want, f"SIGKILLs {killed}; logs in {tmp_path}:\n{_differences(events, order, got, want)}"
     finally:
         c.close()
+
+
+def _differences(events, order, got, want) -> str:
+    """A line per key whose table row differs from the fold: what each holds and the key's changes in Kafka order
+    (partition@offset, op, source position), to be read beside the processes' logs."""
+    offsets = [0] * PARTITIONS
+    changes: dict[int, list[str]] = {}
+    for partition, key, value in events:
+        op = "tombstone" if value is None else f"{value['op']} lsn {value['source']['lsn']}"
+        changes.setdefault(key, []).append(f"{partition}@{offsets[partition]} {op}")
+        offsets[partition] += 1
+    keys = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+    return "\n".join(f"key {k}: table {got.get(k)}, fold ({order}) {want.get(k)}; "
+                     f"changes {', '.join(changes.get(k, ()))}" for k in keys)
 
 
 MERGE_STEPS = (("coordinator.after-manifest", 2),  # the txn's manifest is written, the MERGE not yet run
