@@ -16,8 +16,11 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
-from connector.formats.fit import Mismatch, merged, widens
+from connector.formats.fit import Mismatch, merged, never, widens
+from connector.protocol.messages import WriteStatus
 from connector.schema.names import case_clashes, onto_case
+from connector.schema.widening import arrow_widens
+from connector.table.snapshot import staged_file_schema
 
 EXACT = 1 << 53
 """Integers up to this magnitude are exact in a double."""
@@ -106,3 +109,50 @@ def merge_group(held: pa.Schema | None, held_exact: set[str] | None, files: Sequ
 def lossless(held: pa.DataType, source: pa.DataType) -> bool:
     """Before the table exists a column takes a wider type whenever every value converts exactly."""
     return widens(held, source)
+
+
+def take_groups(statuses: Sequence[WriteStatus], table_schema: pa.Schema | None, *, evolve: bool,
+                type_widening: bool, gone: set[str],
+                columns: Callable[[pa.Schema], pa.Schema] | None) -> tuple[tuple[WriteStatus, ...],
+                                                                           list[tuple[WriteStatus, str]]]:
+    """The statuses whose file groups one commit can take, and those it leaves out with why: in partition order,
+    each group merged into `table_schema` (None: the table does not exist yet; then into the groups taken so far)
+    without loss. Only a group that disagrees with an earlier group of the txn is left out: one that disagrees with
+    the table itself would do so again when read again (its worker holds the table's schema), so the commit takes it
+    and fails with the table's own error. `evolve`: schema.evolution; `type_widening`: the table's feature; `gone`:
+    staged files no longer in the store; `columns`: a file's schema as the table's columns (a keyed upsert's)."""
+    if table_schema is None:
+        held, held_exact, open_, widen = None, None, True, lossless
+        whose = "the file groups of the partitions before it"
+    else:
+        held, held_exact, open_ = table_schema, None, evolve
+        widen = arrow_widens if evolve and type_widening else never
+        whose = "the table"
+    kept: list[WriteStatus] = []
+    left: list[tuple[WriteStatus, str]] = []
+    for s in statuses:
+        lost = [f.path for f in s.files if f.path in gone]
+        if lost:
+            left.append((s, f"its staged file {lost[0]} is gone (deleted by a VACUUM of a short "
+                            f"delta.deletedFileRetentionDuration?)"))
+            continue
+        files = []
+        for f in s.files:
+            schema = staged_file_schema(s, f) if f.rows > 0 else None
+            if schema is not None:
+                files.append((columns(schema) if columns else schema, exact_ints(f.stats)))
+        if table_schema is not None and files:
+            try:
+                merge_group(table_schema, None, files, open_, widen, whose)
+            except Mismatch:
+                # reading it again against the table changes nothing: the commit meets the table's own error
+                kept.append(s)
+                continue
+        try:
+            held, held_exact = merge_group(held, held_exact, files, open_, widen, whose) if files else \
+                (held, held_exact)
+        except Mismatch as why:
+            left.append((s, str(why)))
+            continue
+        kept.append(s)
+    return tuple(kept), left

@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connector.errors import CommitError, ConstraintViolationError, FencedError
-from connector.formats.fit import Mismatch
 from connector.jvm.spark import own_session
 from connector.protocol.messages import StagedFile, WriteStatus
 from connector.schema.algebra import unify
@@ -33,7 +32,7 @@ from connector.schema.names import (
 )
 from connector.storage.store import Store
 from connector.table import delta_writer, merge, merge_plan, merge_rules, merge_source
-from connector.table.agreement import exact_ints
+from connector.table.agreement import take_groups
 from connector.table.datafiles import add_action, partition_types_supported, stats_json, write_parquet
 from connector.table.delta_log import DeferredCheckpoints, DeltaLogCommitter, TableExistsError
 from connector.table.features import TableProfile, read_profile
@@ -480,55 +479,15 @@ class WritePaths:
     def agreeing(self, statuses: tuple[WriteStatus, ...]) -> tuple[tuple[WriteStatus, ...],
                                                                  list[tuple[WriteStatus, str]]]:
         """The statuses whose file groups one commit can take, and those it leaves out with why
-        (connector/table/agreement.py): in partition order, each group merged into the table's schema (before the
-        table exists, into the groups taken so far) without loss. Only a group that disagrees with an earlier group
-        of the txn is left out: one that disagrees with the table itself would do so again when read again (its
-        worker holds the table's schema), so the commit takes it and fails with the table's own error."""
-        from connector.formats.fit import never
-        from connector.schema.widening import arrow_widens
-        from connector.table.agreement import lossless, merge_group
-
+        (connector/table/agreement.py `take_groups`)."""
         statuses = resolve(self.store, self.table_path, statuses)
         dt = self.snapshot.delta()
         table_schema = table_schema_of(dt)
-        if table_schema is None:
-            held, held_exact, open_, widen = None, None, True, lossless
-            whose = "the file groups of the partitions before it"
-        else:
-            profile = read_profile(dt)
-            held, held_exact, open_ = table_schema, None, self.schema_evolution
-            widen = arrow_widens if self.schema_evolution and profile.type_widening else never
-            whose = "the table"
-        kept: list[WriteStatus] = []
-        left: list[tuple[WriteStatus, str]] = []
+        type_widening = table_schema is not None and read_profile(dt).type_widening
         gone = set(self.store.missing([f.path for s in statuses for f in s.files])) if self.check_staged else set()
-        for s in statuses:
-            lost = [f.path for f in s.files if f.path in gone]
-            if lost:
-                left.append((s, f"its staged file {lost[0]} is gone (deleted by a VACUUM of a short "
-                                f"delta.deletedFileRetentionDuration?)"))
-                continue
-            files = []
-            for f in s.files:
-                schema = staged_file_schema(s, f) if f.rows > 0 else None
-                if schema is not None:
-                    schema = merge_plan.table_columns(self.upsert, schema) if self.upsert.keyed else schema
-                    files.append((schema, exact_ints(f.stats)))
-            if table_schema is not None and files:
-                try:
-                    merge_group(table_schema, None, files, open_, widen, whose)
-                except Mismatch:
-                    # reading it again against the table changes nothing: the commit meets the table's own error
-                    kept.append(s)
-                    continue
-            try:
-                held, held_exact = merge_group(held, held_exact, files, open_, widen, whose) if files else \
-                    (held, held_exact)
-            except Mismatch as why:
-                left.append((s, str(why)))
-                continue
-            kept.append(s)
-        return tuple(kept), left
+        columns = (lambda schema: merge_plan.table_columns(self.upsert, schema)) if self.upsert.keyed else None
+        return take_groups(statuses, table_schema, evolve=self.schema_evolution, type_widening=type_widening,
+                           gone=gone, columns=columns)
 
 
 def _fits(file_schema: pa.Schema, schema: pa.Schema) -> bool:
