@@ -44,8 +44,11 @@ def pipeline_config(tmp_path, bootstrap: str, topic: str, s3=None, **extra) -> P
 def small_table_spark() -> dict:
     """Spark settings of a lakesink process for a test's small tables: one task per Delta snapshot/shuffle stage, and
     the quick-starting JIT with one GC thread even where a coordinator runs MERGEs (the product gives those the JVM's
-    defaults, for tables of real size). The results are the same by Spark's design; on the suite's busy 2 cores a
-    `lakesink run`'s first MERGE commits of a few rows took 20-100 s with the defaults and 9-40 s with these."""
+    defaults, for tables of real size), and queries interpreted and planned once as in the suite's own session
+    (tests/conftest.py `spark`). The results are the same by Spark's design; on the suite's busy 2 cores a
+    `lakesink run`'s first MERGE commits of a few rows took 20-100 s with the defaults and 9-40 s with these. Without
+    code generation and adaptive re-planning, two keyed `lakesink run` tests of test_keyed_rules.py (kills, a
+    timestamp key) took 103-106 core-seconds of the machine instead of 116 (two runs each, quiet machine)."""
     from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 
     return {
@@ -53,6 +56,9 @@ def small_table_spark() -> dict:
         "spark.sql.shuffle.partitions": 1,
         "spark.default.parallelism": 1,
         "spark.databricks.delta.snapshotPartitions": 1,
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.adaptive.enabled": "false",
     }
 
 
