@@ -25,7 +25,9 @@ Every problem in the file is reported at once, and an unknown key is rejected wi
   producers (e.g. `consumer.fetch.max.bytes=104857600`); every `spark.*` key other than `spark.master` goes to
   the Spark session as it is (e.g. `spark.driver.memory=4g`), except `spark.sql.parquet.outputTimestampType`,
   which may only be `TIMESTAMP_MICROS` (every timestamp is Parquet INT64 microseconds: see *Types*).
-  Servers, group id and offset reset are set by the `kafka.*` keys only.
+  Servers, group id and offset reset are set by the `kafka.*` keys only. A control message's delivery is bounded
+  by the protocol (two minutes, then the role stops with an error), never by `producer.message.timeout.ms`
+  (or `delivery.timeout.ms`), which applies to the dead-letter producer.
 - **Secured clusters**: the connection keys (`security.protocol`, `sasl.*`, `ssl.*`) reach every Kafka client
   lakesink opens; a `consumer.*` or `producer.*` key of the same name overrides one for that kind of client.
   Start-up (and `lakesink validate`, for a secured cluster) asks the brokers for metadata first: a refused login

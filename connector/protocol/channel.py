@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -39,6 +40,17 @@ _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILAB
 IGNORE_REASONS = ("other_connector", "undecodable", "unknown_type")
 """What the channel drops before any state machine sees it (its stats, control_messages_ignored_total)."""
 CONTROL_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
+
+
+def control_producer_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The control producer's settings: `settings` (the `producer.*` keys' included) without a delivery timeout of
+    the producer's own. A control message is given up by `ControlChannel.flush` alone, after
+    CONTROL_DELIVERY_TIMEOUT_S and with an error: a shorter `producer.message.timeout.ms`, meant for the dead-letter
+    producer, would have the client drop a message through a broker's restart, and the round it belongs to end by
+    its timeouts without a word."""
+    settings = {k: v for k, v in settings.items() if k not in ("message.timeout.ms", "delivery.timeout.ms")}
+    settings["message.timeout.ms"] = int(2 * CONTROL_DELIVERY_TIMEOUT_S * 1000)
+    return settings
 
 
 def ensure_control_topic(admin: AdminClient, topic: str, timeout_s: float = 30.0) -> None:
@@ -205,6 +217,7 @@ class ControlChannel:
         ensure_control_topic(self._admin, self.topic)
         self._producer = self._new_producer()
         self._purged: list[bytes] = []  # values of messages taken back from a stuck producer, in their order
+        self._failed: list[str] = []  # why messages were not delivered (anything but a purge)
         self._consumer = self._new_consumer()
         self._tp = TopicPartition(self.topic, 0)
         self._replay: list[Message] = []
@@ -262,13 +275,17 @@ class ControlChannel:
             "auto.offset.reset": "latest", "enable.partition.eof": False, "fetch.wait.max.ms": 10}))
 
     def _new_producer(self) -> Producer:
-        return Producer(self.kafka.config("producer", {"acks": "all", "enable.idempotence": True, "linger.ms": 0,
-                                                       "client.id": self._client_id()}))
+        return Producer(control_producer_settings(self.kafka.config("producer", {
+            "acks": "all", "enable.idempotence": True, "linger.ms": 0, "client.id": self._client_id()})))
 
     def _produce(self, value: bytes) -> None:
         def delivered(error, _raw) -> None:
-            if error is not None and error.code() == KafkaError._PURGE_QUEUE:
+            if error is None:
+                return
+            if error.code() == KafkaError._PURGE_QUEUE:
                 self._purged.append(value)
+            else:
+                self._failed.append(error.str())
 
         self._producer.produce(self.topic, key=self.connector.encode(), value=value, partition=0,
                                on_delivery=delivered)
@@ -281,6 +298,9 @@ class ControlChannel:
         while True:
             step = min(10.0, timeout_s - waited)
             remaining = self._producer.flush(step)
+            if self._failed:  # a message that left the queue undelivered: never taken for sent
+                failed, self._failed = self._failed, []
+                raise ProtocolError(f"{len(failed)} control message(s) refused by {self.topic!r}: {failed[0]}")
             if not remaining:
                 return
             waited += step

@@ -144,3 +144,51 @@ def test_a_joining_worker_replays_the_newest_start_and_its_end(kafka_bootstrap):
     assert replayed[1].offsets == {("t", 0): 5}
     for ch in (coord, joined, late):
         ch.close()
+
+
+def test_a_control_message_the_broker_refuses_is_an_error_never_taken_for_sent(kafka_bootstrap, admin):
+    """A message that leaves the producer undelivered (here the control topic's max.message.bytes is below any
+    message) fails the send with the broker's reason; it used to pass as sent, and its round end by timeouts."""
+    from confluent_kafka.admin import NewTopic
+
+    topic = f"control-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 1, config={"max.message.bytes": "64"})])[topic].result(30)
+    channel = _channel(kafka_bootstrap, topic, "a", "coordinator")
+    try:
+        with pytest.raises(ProtocolError, match=f"1 control message\\(s\\) refused by '{topic}': .*too large"):
+            channel.send(StartCommit("a", 1, 1, {("t", p): None for p in range(8)}))
+    finally:
+        channel.close()
+
+
+def test_a_control_message_outlives_a_users_short_producer_timeout_while_the_broker_is_stopped(tmp_path):
+    """`producer.message.timeout.ms` is for the dead-letter producer: a control message is given up only by the
+    channel's own bound (CONTROL_DELIVERY_TIMEOUT_S). Sent while the broker is stopped for four times the user's
+    1 s, it arrives once the broker answers again; with the user's timeout the client dropped it."""
+    import os
+    import signal
+    import time
+
+    from connector.kafka.clients import KafkaClients
+    from connector.local.kafka import LocalKafka
+
+    topic = f"control-{uuid.uuid4().hex[:8]}"
+    with LocalKafka(tmp_path / "kafka", heap="256m") as broker:
+        clients = KafkaClients(broker.bootstrap, producer_overrides={"message.timeout.ms": "1000"})
+        sender = ControlChannel(clients, topic, "a", "coordinator").open()
+        reader = _channel(broker.bootstrap, topic, "a", "worker")
+        try:
+            os.killpg(broker.proc.pid, signal.SIGSTOP)
+            try:
+                sender.send(EndCommit("a", 1, 7), flush=False)
+                time.sleep(4)
+            finally:
+                os.killpg(broker.proc.pid, signal.SIGCONT)
+            sender.flush(60)
+            got: list = []
+            wait_until(lambda: got.extend(reader.poll(0.5)) or got, 60,
+                       "the END-COMMIT sent while the broker was stopped")
+            assert [(type(m).__name__, m.txn) for m in got] == [("EndCommit", 7)]
+        finally:
+            sender.close()
+            reader.close()

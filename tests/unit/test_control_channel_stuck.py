@@ -72,7 +72,7 @@ class _Admin:
 def _channel(monkeypatch, first: _Producer, leader: int, replacement: _Producer | None = None) -> ControlChannel:
     channel = ControlChannel.__new__(ControlChannel)  # no broker: the bookkeeping of send and flush only
     channel.connector, channel.topic, channel.role, channel.identity = "sink", "ctl", "coordinator", None
-    channel.stats, channel._purged = Counter(), []
+    channel.stats, channel._purged, channel._failed = Counter(), [], []
     channel._holding_since, channel._producer_checked_at = None, 0.0
     channel._producer, channel._admin = first, _Admin(leader)
     made = [replacement] if replacement is not None else []

@@ -112,7 +112,7 @@ def test_a_name_conflict_is_one_line_naming_both_and_what_to_do():
 def test_the_channel_stamps_its_identity_and_raises_on_another(monkeypatch):
     channel = ControlChannel.__new__(ControlChannel)  # no broker: only send's stamping and poll's filter
     channel.connector, channel.topic, channel.role = "sink", "ctl", "coordinator"
-    channel.identity, channel.stats = identity("/t/a", ["orders"]), Counter()
+    channel.identity, channel.stats, channel._failed = identity("/t/a", ["orders"]), Counter(), []
 
     class Producer:
         sent: list = []
