@@ -96,9 +96,9 @@ def merge_group(held: pa.Schema | None, held_exact: set[str] | None, files: Sequ
                 continue
             try:
                 kind = merged(target.field(i).type, f.type, open_, widen)
-            except Mismatch as error:
-                raise Mismatch(f"column '{f.name}{error}' is {f.type} there and {target.field(i).type} in "
-                               f"{whose}") from None
+            except Mismatch as error:  # each side's own type, not the double a bigint was taken for
+                raise Mismatch(f"column '{f.name}{error}' is {schema.field(f.name).type} there and "
+                               f"{held.field(i).type} in {whose}") from None
             target = target.set(i, target.field(i).with_type(kind))
         held = pa.schema(list(target) + fields, metadata=target.metadata)
         if held_exact is not None:

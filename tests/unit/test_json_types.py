@@ -9,7 +9,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from connector.formats.fit import Mismatch
+from connector.formats.fit import Mismatch, never
 from connector.formats.json_types import DUPLICATE_FIELD, INVALID_NAME, NUMBER_OUT_OF_RANGE
 from connector.formats.problems import TYPE_MISMATCH
 from connector.table.agreement import exact_ints, lossless, merge_group
@@ -190,6 +190,14 @@ def test_groups_merge_losslessly_in_partition_order_and_a_disagreeing_one_raises
         merge_group(held, exact, [(doubles, set())], True, lossless, "earlier groups")
     with pytest.raises(Mismatch):
         merge_group(held, exact, [(pa.schema([("x", pa.string())]), set())], True, lossless, "earlier groups")
+
+
+def test_a_refused_group_is_named_by_its_own_types_not_the_double_a_bigint_was_taken_for():
+    """A bigint column whose values are exact in a double is taken for one while merging; a group that still
+    cannot merge is refused naming what each side holds."""
+    floats, ints = pa.schema([("x", pa.float32())]), pa.schema([("x", pa.int64())])
+    with pytest.raises(Mismatch, match="^column 'x' is int64 there and float in the table$"):
+        merge_group(floats, None, [(ints, {"x"})], True, never, "the table")
 
 
 def test_a_group_whose_name_differs_only_in_case_merges_onto_the_held_spelling():
