@@ -11,7 +11,6 @@ client of the same settings, whose request succeeds. When both fail, the cluster
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +19,6 @@ from confluent_kafka.admin import AdminClient
 
 from connector.clock import Clock
 from connector.kafka.clients import KafkaClients
-
-log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 5.0
 """How long each of the two metadata requests may take."""
