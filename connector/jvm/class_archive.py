@@ -20,12 +20,16 @@ from connector.jvm import jars
 
 BUILD_TIMEOUT_S = 300
 
+CLASS_PATH_LAYOUT = "driver jars on the class path"
+"""Where a local driver's jars are (connector/jvm/spark.py DRIVER_CLASS_PATH), part of the archive's name: an archive
+dumped with another class path would not be mapped, so a new layout is a new archive that deps builds."""
+
 
 def archive_path(java: str, driver_jars: list[Path]) -> Path:
     """Where the archive of the Java binary `java` with pyspark's jars and `driver_jars` (jars.driver_jars) is,
     or would be."""
     java = os.path.realpath(java)
-    parts = [java, str(os.stat(java).st_mtime_ns)]
+    parts = [java, str(os.stat(java).st_mtime_ns), CLASS_PATH_LAYOUT]
     for jar in sorted((*jars.spark_jars_dir().glob("*.jar"), *driver_jars)):
         parts.append(f"{jar.name}:{jar.stat().st_size}")
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

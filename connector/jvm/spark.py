@@ -34,7 +34,7 @@ _DEFAULTS = {
     # submits up to 15 bins at once by default, so a commit's job queued behind all of them (measured: a commit of
     # 37 s behind a 60-s OPTIMIZE, docs/performance.md). Raise it with spark.* where the driver has cores to spare.
     "spark.databricks.delta.optimize.maxThreads": "1",
-    # Keep Spark off Ivy entirely: every jar is on spark.jars.
+    # Keep Spark off Ivy entirely: every jar is on the driver's class path or spark.jars (session_settings).
     "spark.jars.ivySettings": "",
     # every commit to an s3a:// table is put-if-absent on the store (connector/table/java, docs/ARCHITECTURE.md)
     "spark.delta.logStore.s3a.impl": jars.LOGSTORE_CLASS,
@@ -44,6 +44,12 @@ _DEFAULTS = {
     "spark.sql.streaming.checkpointFileManagerClass": jars.CHECKPOINT_FILE_MANAGER_CLASS,
 }
 
+
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+"""In local mode the driver is the executor too, and lakesink's jars (Delta, S3A, the log stores) go on its JVM's own
+class path rather than spark.jars: Spark then copies no jar into a temporary directory at start, and the class
+archive (class_archive.py) holds their classes too, which it cannot for classes of spark.jars' class loader. A driver
+of a cluster keeps spark.jars, which its executors fetch (docs/ARCHITECTURE.md, "Start-up")."""
 
 _LOOPBACK = {
     "spark.driver.host": "127.0.0.1",
@@ -95,12 +101,17 @@ def session_settings(master: str, conf: Mapping[str, str] | None, all_jars: list
         settings["spark.driver.defaultJavaOptions"] = f"-XX:SharedArchiveFile={class_archive}"
     if on_loopback(master):
         settings.update(_LOOPBACK)
-    if not master.startswith("local"):
+    local = master.startswith("local")
+    if not local:
         settings.update(_CLUSTER)
-    settings["spark.jars"] = ",".join(all_jars)
+        settings["spark.jars"] = ",".join(all_jars)
+    else:
+        settings[DRIVER_CLASS_PATH] = os.pathsep.join(all_jars)
     settings["spark.sql.warehouse.dir"] = os.path.join(tempfile.gettempdir(), "lakesink-spark-warehouse")
     settings["spark.redaction.regex"] = redaction_regex(conf or {})
     settings.update(conf or {})
+    if local and (conf or {}).get(DRIVER_CLASS_PATH):  # the connector's own entries follow lakesink's jars
+        settings[DRIVER_CLASS_PATH] = os.pathsep.join([*all_jars, conf[DRIVER_CLASS_PATH]])
     settings.update(SPARK_SETTINGS)
     return settings
 

@@ -1,6 +1,8 @@
 """What lakesink's Spark session is given for each kind of master (connector/jvm/spark.py `session_settings`)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from connector.jvm import jars
@@ -19,11 +21,19 @@ def test_a_master_is_on_loopback_only_when_all_of_it_is_on_this_machine(master, 
     assert on_loopback(master) is expected
 
 
-def test_local_mode_serves_loopback_and_sets_no_executor_sizes():
+def test_local_mode_serves_loopback_sets_no_executor_sizes_and_puts_the_jars_on_the_drivers_class_path():
     settings = session_settings("local[2]", None, JARS)
     assert settings["spark.driver.host"] == settings["spark.driver.bindAddress"] == "127.0.0.1"
     assert "spark.executor.memory" not in settings and "spark.executor.cores" not in settings
-    assert settings["spark.jars"] == ",".join(JARS)
+    assert settings["spark.driver.extraClassPath"] == os.pathsep.join(JARS)
+    assert "spark.jars" not in settings
+
+
+def test_a_local_connectors_own_class_path_follows_lakesinks_jars_and_its_spark_jars_are_its_own():
+    mine = {"spark.driver.extraClassPath": "/mine/classes", "spark.jars": "/mine/udf.jar"}
+    settings = session_settings("local[1]", mine, JARS)
+    assert settings["spark.driver.extraClassPath"] == os.pathsep.join([*JARS, "/mine/classes"])
+    assert settings["spark.jars"] == "/mine/udf.jar"
 
 
 @pytest.mark.parametrize("master", ["local[2]", "spark://127.0.0.1:7077", "spark://spark-master:7077"])
