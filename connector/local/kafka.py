@@ -28,7 +28,7 @@ from connector.errors import SetupError
 from connector.jvm import jars
 from connector.local.ports import HOST, free_port, require_free
 from connector.local.processes import DetachedServer
-from connector.local.server import LOG4J2_TO_FILE, LocalServer, spawn
+from connector.local.server import LOG4J2_TO_FILE, SMALL_JVM, LocalServer, spawn
 
 _LOG4J2 = LOG4J2_TO_FILE + """\
 logger.kafka.name = kafka
@@ -269,7 +269,7 @@ class LocalKafka(LocalServer):
     def _java_cmd(self, main: str, *args: str) -> list[str]:
         java = jars.require_java()
         classpath = os.pathsep.join(str(p) for p in jars.kafka_jars())
-        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *SMALL_JVM, "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
                 "-cp", classpath, main, *args]
