@@ -383,9 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = args.bootstrap
         if bootstrap is None:
             from connector.local.kafka import LocalKafka
+            from connector.local.server import FULL_JVM
 
             print("starting a Kafka broker ...", flush=True)
-            broker = LocalKafka(work / "kafka", heap="1g").start()
+            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM).start()
             bootstrap = broker.bootstrap
         both = layouts(args.records, args.tables, args.partitions)
         for layout in both:

@@ -140,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = args.bootstrap
         if not bootstrap:
             from connector.local.kafka import LocalKafka
+            from connector.local.server import FULL_JVM
 
             say("starting a Kafka broker ...")
-            broker = LocalKafka(work / "kafka", heap="1g").start()
+            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM).start()
             bootstrap = broker.bootstrap
         mode = {"append": append, "upsert": upsert, "scale": scale}[args.mode]
         return mode.run(args, work, bootstrap, started_on)

@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         broker = None
         if args.bootstrap is None:
             from connector.local.kafka import LocalKafka
+            from connector.local.server import FULL_JVM
 
-            broker = LocalKafka(work / "kafka", heap="1g").start()
+            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM).start()
         bootstrap = args.bootstrap or broker.bootstrap
         try:
             results = []

@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Literal
 
 from connector.errors import SetupError
@@ -184,14 +185,16 @@ class LocalKafka(LocalServer):
     broker-restart tests."""
 
     def __init__(self, data_dir: Path, port: int = 0, heap: str = "512m", startup_timeout_s: float = 90.0,
-                 cluster_id: str | None = None, secured: bool = False):
+                 cluster_id: str | None = None, secured: bool = False, jvm_options: Sequence[str] = SMALL_JVM):
         """`cluster_id`: the id to format a new data directory with (default: a new one, `new_cluster_id()`).
-        `secured`: add the SASL_SSL and mTLS listeners (`sasl_ssl_bootstrap`, `mtls_bootstrap`, `access`)."""
+        `secured`: add the SASL_SSL and mTLS listeners (`sasl_ssl_bootstrap`, `mtls_bootstrap`, `access`).
+        `jvm_options`: the broker JVM's JIT and GC (a bench's broker takes `FULL_JVM`)."""
         self.data_dir = Path(data_dir)
         self.cluster_id = cluster_id
         self.port = port or free_port()
         self.controller_port = free_port()
         self.heap = heap
+        self.jvm_options = list(jvm_options)
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
         self.access: SecuredAccess | None = None
@@ -269,7 +272,7 @@ class LocalKafka(LocalServer):
     def _java_cmd(self, main: str, *args: str) -> list[str]:
         java = jars.require_java()
         classpath = os.pathsep.join(str(p) for p in jars.kafka_jars())
-        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *SMALL_JVM, "-Djava.awt.headless=true",
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *self.jvm_options, "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.data_dir / 'logs'}",
                 "-cp", classpath, main, *args]

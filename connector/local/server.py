@@ -31,6 +31,10 @@ SMALL_JVM = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 the suite. A broker with them (start, then topics, 30,000 records produced and consumed) took 2.0-2.3 core-seconds of
 work instead of 2.7-4.3 and started in 3.0 instead of 5.1-5.4 (docs/ARCHITECTURE.md, "Start-up")."""
 
+FULL_JVM = ["-XX:+UseG1GC"]
+"""Java's full JIT and G1, as a broker under a production load runs: the benches' brokers, whose throughput the
+baselines of a bench (a raw consumer, Spark Structured Streaming) share with lakesink."""
+
 
 def spawn(command: list[str], log: Path, **popen) -> subprocess.Popen:
     """Start `command` in a session of its own (so its whole group can be stopped), stdin closed, stdout and stderr
