@@ -382,11 +382,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {machine()}; work directory {work}", flush=True)
         bootstrap = args.bootstrap
         if bootstrap is None:
-            from connector.local.kafka import LocalKafka
-            from connector.local.server import FULL_JVM
+            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
 
             print("starting a Kafka broker ...", flush=True)
-            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM).start()
+            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
             bootstrap = broker.bootstrap
         both = layouts(args.records, args.tables, args.partitions)
         for layout in both:

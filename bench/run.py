@@ -139,11 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"machine: {started_on}; work directory {work}")
         bootstrap = args.bootstrap
         if not bootstrap:
-            from connector.local.kafka import LocalKafka
-            from connector.local.server import FULL_JVM
+            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
 
             say("starting a Kafka broker ...")
-            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM).start()
+            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
             bootstrap = broker.bootstrap
         mode = {"append": append, "upsert": upsert, "scale": scale}[args.mode]
         return mode.run(args, work, bootstrap, started_on)

@@ -96,10 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         broker = None
         if args.bootstrap is None:
-            from connector.local.kafka import LocalKafka
-            from connector.local.server import FULL_JVM
+            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
 
-            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM).start()
+            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
         bootstrap = args.bootstrap or broker.bootstrap
         try:
             results = []

@@ -124,6 +124,12 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "lakesink"
 
 
+QUICK_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+"""The quick JIT tier and one GC thread: for a JVM whose load is small or short, a Spark driver that runs no data jobs
+(connector/jvm/spark.py, DRIVER_JAVA_OPTIONS) and the servers lakesink starts for trying things out and the suite
+(connector/local/: "Start-up" in docs/ARCHITECTURE.md has the figures)."""
+
+
 def require_java() -> str:
     java = shutil.which("java", path=_java_path())
     if not java:

@@ -10,7 +10,7 @@ from connector.config import is_secret
 from connector.jvm import class_archive, jars
 from connector.schema.encoding import SPARK_SETTINGS
 
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+DRIVER_JAVA_OPTIONS = " ".join(jars.QUICK_JVM_OPTIONS)
 """An appending coordinator's JVM reads and writes the Delta log (commits, checkpoints) and processes no data: the
 quick JIT tier and one GC thread start it seconds sooner and leave the cores to the workers. A driver that runs
 data jobs (`data_jobs`: the MERGEs of write.mode=upsert|dedup) keeps the JVM's defaults, whose full JIT and

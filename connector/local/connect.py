@@ -26,7 +26,7 @@ from connector.errors import SetupError
 from connector.jvm import jars
 from connector.local.ports import HOST, NO_PROXY, free_port
 from connector.local.postgres import LocalPostgres
-from connector.local.server import LOG4J2_TO_FILE, SMALL_JVM, LocalServer, spawn
+from connector.local.server import LOG4J2_TO_FILE, LocalServer, spawn
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 
@@ -143,7 +143,8 @@ class LocalConnect(LocalServer):
                 classpath = os.pathsep.join(str(p) for p in jars.connect_jars())
         except SetupError as e:
             raise SetupError(f"the Kafka Connect and Debezium jars are missing and could not be fetched: {e}") from None
-        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *SMALL_JVM, "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", *jars.QUICK_JVM_OPTIONS,
+                "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                 "-cp", classpath, "org.apache.kafka.connect.cli.ConnectStandalone", *args]
 
     def start(self) -> "LocalConnect":

@@ -20,16 +20,16 @@ import secrets
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Literal
 
 from connector.errors import SetupError
 from connector.jvm import jars
 from connector.local.ports import HOST, free_port, require_free
 from connector.local.processes import DetachedServer
-from connector.local.server import LOG4J2_TO_FILE, SMALL_JVM, LocalServer, spawn
+from connector.local.server import LOG4J2_TO_FILE, LocalServer, spawn
 
 _LOG4J2 = LOG4J2_TO_FILE + """\
 logger.kafka.name = kafka
@@ -180,15 +180,21 @@ class BrokerState:
         return f"{HOST}:{self.port}"
 
 
+FULL_JVM_OPTIONS = ("-XX:+UseG1GC",)
+"""Java's full JIT and G1, as a broker under a production load runs: the throughput benches' brokers, whose baselines
+(a raw consumer, Spark Structured Streaming) read from the same broker as lakesink."""
+
+
 class LocalKafka(LocalServer):
     """One broker process. `start()` returns once it answers; `stop()` ends it (SIGTERM, then SIGKILL), `kill()` for
     broker-restart tests."""
 
     def __init__(self, data_dir: Path, port: int = 0, heap: str = "512m", startup_timeout_s: float = 90.0,
-                 cluster_id: str | None = None, secured: bool = False, jvm_options: Sequence[str] = SMALL_JVM):
+                 cluster_id: str | None = None, secured: bool = False,
+                 jvm_options: Sequence[str] = jars.QUICK_JVM_OPTIONS):
         """`cluster_id`: the id to format a new data directory with (default: a new one, `new_cluster_id()`).
         `secured`: add the SASL_SSL and mTLS listeners (`sasl_ssl_bootstrap`, `mtls_bootstrap`, `access`).
-        `jvm_options`: the broker JVM's JIT and GC (a bench's broker takes `FULL_JVM`)."""
+        `jvm_options`: the broker JVM's JIT and GC (a throughput bench's broker takes `FULL_JVM_OPTIONS`)."""
         self.data_dir = Path(data_dir)
         self.cluster_id = cluster_id
         self.port = port or free_port()

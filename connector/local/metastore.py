@@ -18,7 +18,7 @@ from connector.errors import SetupError
 from connector.jvm import jars
 from connector.local.ports import HOST, free_port, require_free
 from connector.local.processes import DetachedServer
-from connector.local.server import LOG4J2_TO_FILE, SMALL_JVM, LocalServer, spawn
+from connector.local.server import LOG4J2_TO_FILE, LocalServer, spawn
 
 MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 
@@ -86,7 +86,7 @@ class LocalMetastore(LocalServer):
         conf.mkdir(parents=True, exist_ok=True)
         (conf / "metastore-site.xml").write_text(site_xml(site_settings(self.data_dir.resolve())))
         (conf / "log4j2.properties").write_text(LOG4J2_TO_FILE.format(log=self.log_file.resolve(), level="WARN"))
-        command = [java, "-Xmx512m", *SMALL_JVM,
+        command = [java, "-Xmx512m", *jars.QUICK_JVM_OPTIONS,
                    f"-Dlog4j.configurationFile={(conf / 'log4j2.properties').resolve()}",
                    f"-Dderby.system.home={self.data_dir.resolve()}",
                    f"-Dderby.stream.error.file={(self.data_dir / 'derby.log').resolve()}",

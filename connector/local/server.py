@@ -1,6 +1,6 @@
 """What the local servers share: one process started in a process group of its own with its output appended to a log
 file (`spawn`), `LocalServer`, the base of a server of one such process that is stopped with its group (SIGTERM, then
-SIGKILL), killed, restarted, or used as a context manager, the head of a JVM server's log4j2 configuration and its JVM options."""
+SIGKILL), killed, restarted, or used as a context manager, and the head of a JVM server's log4j2 configuration."""
 from __future__ import annotations
 
 import os
@@ -25,15 +25,6 @@ rootLogger.appenderRef.file.ref = file
 """
 """The head of the log4j2 configuration of a local JVM server (`{log}`, `{level}` to format): every line into one file;
 each server adds its own loggers."""
-
-SMALL_JVM = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-"""A local JVM server's options: the quick JIT tier and one GC thread, for the small loads of trying things out and of
-the suite. A broker with them (start, then topics, 30,000 records produced and consumed) took 2.0-2.3 core-seconds of
-work instead of 2.7-4.3 and started in 3.0 instead of 5.1-5.4 (docs/ARCHITECTURE.md, "Start-up")."""
-
-FULL_JVM = ["-XX:+UseG1GC"]
-"""Java's full JIT and G1, as a broker under a production load runs: the benches' brokers, whose throughput the
-baselines of a bench (a raw consumer, Spark Structured Streaming) share with lakesink."""
 
 
 def spawn(command: list[str], log: Path, **popen) -> subprocess.Popen:

@@ -35,6 +35,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
+from connector.jvm.spark import DRIVER_JAVA_OPTIONS
 from testkit import DRAIN_S, LakesinkProcess, chaos_config, wait_until
 from testkit.keyed_fold import (
     MISSING_KEY,
@@ -69,7 +70,7 @@ pytestmark = pytest.mark.integration
 MAX_EXAMPLES = int(os.environ.get("LAKESINK_KEYED_EXAMPLES", "3"))
 BASE_TS = (int(time.time()) - 3600) * 1000
 """Record timestamps start an hour ago (CreateTime, kept by the broker)."""
-MERGE_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+MERGE_JAVA_OPTIONS = DRIVER_JAVA_OPTIONS
 """A coordinator process of these tests runs a few MERGEs and exits: the quick JIT, one GC thread. With two tests
 side by side on two cores the full JIT's compiling cost more than it saved (the kills and New York tests: 120 s and
 100 s against 86 s and 80 s)."""
