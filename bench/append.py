@@ -47,7 +47,7 @@ from pathlib import Path
 
 from bench.harness import (POLL_S, Children, ControlTail, DeltaLogWatcher, ModeRun, PacedProducer, PhaseFailed,
                            TreeMemory, await_result, child_result, delta_rs_rows, emit, pct, quantiles, run_phase, say,
-                           self_cmd, txn_timeline, watch)
+                           self_cmd, txn_timeline, upkeep_timeline, watch)
 from bench.records import produce_backlog, sss_schema, value_writer
 from bench.report import append_report, fmt, write_json
 from bench.s3 import table_log, table_store
@@ -252,6 +252,7 @@ class Bench(ModeRun):
             Children.stop(proc)
         finally:
             control.close()
+        txns = txn_timeline(control.messages)
         cutoff_ms = (paced.started + args.latency_warmup) * 1000
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
@@ -271,7 +272,8 @@ class Bench(ModeRun):
                 "p99_ms": pct(latencies, 99), "max_ms": latencies[-1] if latencies else None,
                 "sample_ms": quantiles(latencies, LATENCY_SAMPLE),
                 "mean_ms": sum(latencies) / len(latencies) if latencies else None,
-                "commits": len(watcher.data_versions()), "txns": txn_timeline(control.messages),
+                "commits": len(watcher.data_versions()), "txns": txns,
+                "upkeep": upkeep_timeline(control.messages, txns),
                 "s3_requests": self.s3_requests(paced.started, None, done, watcher), **memory.summary()}
 
     def profile(self) -> dict:

@@ -438,7 +438,7 @@ def txn_timeline(messages: list) -> dict:
         nxt = by[keys[i + 1]].get("start") if i + 1 < len(keys) else None
         rows.append({"txn": key[1], "rows": d["progress"].get("rows", 0), "files": d["progress"].get("files", 0),
                      "collect_s": d["end"] - d["start"], "flush_s": last_ws - d["end"], "commit_s": d["ack"] - last_ws,
-                     "spark_s": d["progress"].get("commit_duration_s") or 0.0,
+                     "spark_s": d["progress"].get("commit_duration_s") or 0.0, "ack_at": d["ack"],
                      "paused_s": (nxt - d["end"]) if nxt else None})
     rows = [r for r in rows if r["rows"]]
     if not rows:
@@ -453,6 +453,43 @@ def txn_timeline(messages: list) -> dict:
     return {"count": len(rows), "rows": {"mean": sum(r["rows"] for r in rows) / len(rows)},
             **{k: stats(k) for k in ("collect_s", "flush_s", "commit_s", "spark_s", "paused_s")},
             "paused_fraction": sum(r["paused_s"] for r in timed) / total if total else None, "per_txn": rows}
+
+
+def upkeep_timeline(messages: list, txns: dict) -> dict:
+    """Compaction as the control topic's PROGRESS records report it (connector/table/upkeep.py's rounds: each
+    `last_compaction` once, by its start), and the commits of `txns` (txn_timeline's) split by whether their
+    WRITE-STATUS->ACK overlapped a round: what compaction costs the commits beside it."""
+    from connector.protocol.messages import Progress
+
+    rounds: dict[float, dict] = {}
+    checkpoints: set[int] = set()
+    for m in messages:
+        upkeep = m.payload.get("upkeep") if isinstance(m, Progress) else None
+        if not upkeep:
+            continue
+        done = upkeep.get("last_compaction")
+        if done:
+            rounds[done["at"]] = done
+        if upkeep.get("checkpoint_version") is not None:
+            checkpoints.add(upkeep["checkpoint_version"])
+    spans = [(r["at"], r["at"] + r["duration_s"]) for r in rounds.values()]
+    beside, apart = [], []
+    for t in txns.get("per_txn", []):
+        began = t["ack_at"] - t["commit_s"]
+        (beside if any(a < t["ack_at"] and began < b for a, b in spans) else apart).append(t["commit_s"])
+
+    def stats(values: list[float]) -> dict | None:
+        values = sorted(values)
+        return {"count": len(values), "p50": pct(values, 50), "p99": pct(values, 99), "max": values[-1]} \
+            if values else None
+
+    return {"rounds": sorted(rounds.values(), key=lambda r: r["at"]),
+            "compacted": sum(1 for r in rounds.values() if r["partitions"]),
+            "cancelled": sum(r["cancelled"] for r in rounds.values()),
+            "deferred": sum(1 for r in rounds.values() if r["deferred"]),
+            "seconds": sum(r["duration_s"] for r in rounds.values()),
+            "checkpoints": len(checkpoints),
+            "commit_s_beside": stats(beside), "commit_s_apart": stats(apart)}
 
 
 # --- producing ----------------------------------------------------------------------------------------------------

@@ -128,6 +128,23 @@ def report_txns(label: str, txns: dict) -> list[str]:
             f"{fmt(txns['paused_fraction'], '.0%')} of the time"]
 
 
+def report_upkeep(label: str, upkeep: dict | None) -> list[str]:
+    """Compaction during a phase (bench.harness.upkeep_timeline) and the commits beside it."""
+    if not upkeep:
+        return []
+
+    def m(x: dict | None) -> str:
+        return f"{x['count']} commits p50/p99/max {x['p50']:.2f}/{x['p99']:.2f}/{x['max']:.2f} s" if x else "none"
+
+    rounds = upkeep["rounds"]
+    took = ", ".join(f"{r['duration_s']:.1f}" for r in rounds[:10]) + (" ..." if len(rounds) > 10 else "")
+    return [f"  {label} compaction: {upkeep['compacted']} rounds compacted, {upkeep['cancelled']} batches cancelled "
+            f"(compaction_cancelled_total), {upkeep['deferred']} deferred, {upkeep['seconds']:.1f} s in all "
+            f"(rounds: {took or '-'} s); {upkeep['checkpoints']} checkpoints seen",
+            f"  {label} WRITE-STATUS->ACK beside a compaction round: {m(upkeep['commit_s_beside'])}; apart: "
+            f"{m(upkeep['commit_s_apart'])}"]
+
+
 def report_requests(label: str, requests: dict | None) -> list[str]:
     """S3 requests of a phase: per commit over its steady part and over the whole run, and the start-up's."""
     if not requests:
@@ -207,6 +224,7 @@ def append_report(bench) -> list[str]:
                      f"{fmt(x['p50_ms'], ',.0f')} ms, p90 {fmt(x['p90_ms'], ',.0f')} ms, p99 {fmt(x['p99_ms'], ',.0f')} "
                      f"ms, max {fmt(x['max_ms'], ',.0f')} ms")
         lines += report_txns("latency", x.get("txns"))
+        lines += report_upkeep("latency", x.get("upkeep"))
         lines += report_requests("latency", x.get("s3_requests"))
     if "profile" in r:
         lines += report_profile(r["profile"])
@@ -220,8 +238,18 @@ def append_report(bench) -> list[str]:
     per_commit = (per_commit.get("steady") or per_commit.get("run") or {}).get("per_commit")
     lines.append(f"lakesink_rps={fmt(ls, '.0f')} raw_rps={fmt(raw, '.0f')} sss_rps={fmt(sss, '.0f')} "
                  f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)} storage={a.storage}"
-                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "") + f" format={a.format}")
+                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "") + f" format={a.format}"
+                 + latency_figures(r.get("latency")))
     return lines
+
+
+def latency_figures(x: dict | None) -> str:
+    """The visibility goal's figures for the last line: p50 and p99 produce -> visible, compaction's cancels."""
+    if not x:
+        return ""
+    upkeep = x.get("upkeep") or {}
+    return (f" latency_p50_ms={fmt(x['p50_ms'], '.0f')} latency_p99_ms={fmt(x['p99_ms'], '.0f')}"
+            f" compaction_rounds={upkeep.get('compacted', 'n/a')} compaction_cancelled={upkeep.get('cancelled', 'n/a')}")
 
 
 def upsert_report(bench) -> list[str]:
