@@ -49,6 +49,7 @@ from bench.harness import (POLL_S, Children, ControlTail, DeltaLogWatcher, ModeR
                            TreeMemory, await_result, child_result, delta_rs_rows, emit, pct, quantiles, run_phase, say,
                            self_cmd, txn_timeline, upkeep_timeline, watch)
 from bench.records import produce_backlog, sss_schema, value_writer
+from bench.registry_rows import FORMATS as REGISTRY_FORMATS
 from bench.report import append_report, fmt, write_json
 from bench.s3 import table_log, table_store
 from testkit import create_topic, s3_settings
@@ -71,7 +72,7 @@ class Bench(ModeRun):
 
     def value_writer(self, topic: str):
         """Record i of `topic` in the bench's --format (see value_writer)."""
-        return value_writer(self.args.format, self.registry.url if self.registry else None, topic)
+        return value_writer(self.args.format, self.registry.url if self.registry else None, topic, self.args.envelope)
 
     # -- where tables live --
 
@@ -114,6 +115,10 @@ class Bench(ModeRun):
         }
         if self.registry is not None:
             settings.update({"value.converter": self.args.format, "schema.registry.url": self.registry.url})
+        if self.args.format == "connect":
+            settings["value.converter.schemas.enable"] = "true"
+        if self.args.envelope != "none":
+            settings["value.envelope"] = self.args.envelope
         if self.s3 is not None:
             settings.update(s3_settings(self.s3, S3_PREFIX))
         path = self.work / f"{name}.properties"
@@ -555,7 +560,7 @@ def run(args, work: Path, bootstrap: str, machine: str) -> int:
             s3 = BenchS3(work / "s3").start()
             bench.s3, bench.meter = s3, RequestMeter(s3)
             say(f"  S3 on {s3.endpoint}, tables under s3://{s3.bucket}/{S3_PREFIX}/tables")
-        if args.format != "json":
+        if args.format in REGISTRY_FORMATS:
             from connector.local.registry import LocalRegistry
 
             say("starting a local schema registry ...")
@@ -570,8 +575,9 @@ def run(args, work: Path, bootstrap: str, machine: str) -> int:
             f"{bench.produced['bytes'] / args.records:.0f} B per value")
         errors = {}
         for phase in args.phase_list:
-            if phase == "sss" and args.format != "json":
-                say(f"phase sss skipped: the Spark Structured Streaming job reads JSON (from_json), not {args.format}")
+            if phase == "sss" and (args.format != "json" or args.envelope != "none"):
+                say(f"phase sss skipped: the Spark Structured Streaming job reads plain JSON rows (from_json), not "
+                    f"{args.format}{' in Debezium envelopes' if args.envelope != 'none' else ''}")
                 continue
             x = run_phase(bench.children, phase, getattr(bench, phase), errors)
             if x is not None:

@@ -116,7 +116,7 @@ class RowSerializer:
     """Rows of one shape as one format's confluent-kafka serializer writes them to `topic` (Schema Registry wire
     format); `client` is a SchemaRegistryClient (a `mock://` one, or one of a registry server)."""
 
-    def __init__(self, fmt: str, name: str, fields: Fields, client, topic: str):
+    def __init__(self, fmt: str, name: str, fields: Fields, client, topic: str, envelope: str = "none"):
         from confluent_kafka.serialization import MessageField, SerializationContext
 
         if fmt not in FORMATS:
@@ -124,12 +124,20 @@ class RowSerializer:
         unknown = {kind for _, kind in fields} - set(KINDS)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}")
+        if envelope not in ("none", "debezium") or envelope == "debezium" and fmt != "avro":
+            raise ValueError(f"envelope {envelope} is not written in {fmt}: none, or debezium in avro")
         self.fmt = fmt
+        self._debezium = envelope == "debezium"
         message = None
         if fmt == "avro":
             from confluent_kafka.schema_registry.avro import AvroSerializer
 
-            self._serializer = AvroSerializer(client, json.dumps(avro_schema(name, fields)))
+            schema = avro_schema(name, fields)
+            if envelope == "debezium":
+                from testkit.debezium import avro_envelope
+
+                schema = avro_envelope(schema["namespace"], schema)
+            self._serializer = AvroSerializer(client, json.dumps(schema))
         elif fmt == "protobuf":
             from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
@@ -142,8 +150,14 @@ class RowSerializer:
         self._shape = _shaper(fmt, fields, message)
         self._context = SerializationContext(topic, MessageField.VALUE)
 
-    def __call__(self, row: dict) -> bytes:
-        return self._serializer(self._shape(row), self._context)
+    def __call__(self, row: dict, lsn: int = 1) -> bytes:
+        """The row, or with a Debezium envelope the change event (op c) at `lsn` that creates it."""
+        value = self._shape(row)
+        if self._debezium:
+            millis = 1_700_000_000_000 + lsn
+            value = {"before": None, "after": value, "op": "c", "ts_ms": millis + 500,
+                     "source": {"version": "3.0.7.Final", "connector": "postgresql", "ts_ms": millis, "lsn": lsn}}
+        return self._serializer(value, self._context)
 
 
 def registry_client(url: str):

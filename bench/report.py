@@ -178,7 +178,7 @@ def append_report(bench) -> list[str]:
     line."""
     r, a = bench.results, bench.args
     lines = ["", f"lakesink benchmark: {a.records:,} records (~{bench.produced['bytes'] / a.records:.0f} B values, "
-                 f"format {a.format}), "
+                 f"format {a.format}{', in Debezium envelopes' if a.envelope != 'none' else ''}), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
                  f"tasks.max={a.tasks}, "
                  f"spark.master={a.spark_master}, storage={a.storage}",
@@ -238,7 +238,7 @@ def append_report(bench) -> list[str]:
     per_commit = (per_commit.get("steady") or per_commit.get("run") or {}).get("per_commit")
     lines.append(f"lakesink_rps={fmt(ls, '.0f')} raw_rps={fmt(raw, '.0f')} sss_rps={fmt(sss, '.0f')} "
                  f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)} storage={a.storage}"
-                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "") + f" format={a.format}"
+                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "") + f" format={a.format} envelope={a.envelope}"
                  + latency_figures(r.get("latency")))
     return lines
 

@@ -52,10 +52,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, default=os.cpu_count() or 1,
                    help="lakesink tasks.max: worker processes of `lakesink run` (default: the machine's cores)")
     p.add_argument("--spark-master", default="local[2]")
-    p.add_argument("--format", choices=["json", *REGISTRY_FORMATS], default="json",
-                   help="the records' format: json (plain JSON), or avro, protobuf, json_schema written by "
-                        "confluent-kafka's serializers against a local schema registry the bench starts, and read by "
-                        "lakesink with value.converter=<format>; the sss phase is JSON only (skipped otherwise)")
+    p.add_argument("--format", choices=["json", "connect", *REGISTRY_FORMATS], default="json",
+                   help="the records' format: json (plain JSON); connect (Kafka Connect's JsonConverter with "
+                        "schemas, read with value.converter.schemas.enable=true); or avro, protobuf, json_schema "
+                        "written by confluent-kafka's serializers against a local schema registry the bench starts, "
+                        "and read by lakesink with value.converter=<format>; the sss phase is plain JSON only "
+                        "(skipped otherwise)")
+    p.add_argument("--envelope", choices=["none", "debezium"], default="none",
+                   help="debezium: each record is a Debezium change event (op c) whose row is the bench's record, "
+                        "read with value.envelope=debezium; in json, connect or avro")
     p.add_argument("--storage", choices=["local", "s3"], default="local",
                    help="where the tables go: a local directory, or a local S3 server (SeaweedFS) the bench starts, "
                         "whose S3 requests it counts")
@@ -113,8 +118,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--stream-changes takes 0 or more, and --stream-rate more than 0 when --stream-changes is not 0")
     if args.mode in ("upsert", "scale") and args.storage != "local":
         p.error(f"--mode {args.mode} runs on local tables only (--storage local)")
-    if args.mode in ("upsert", "scale") and args.format != "json":
-        p.error(f"--mode {args.mode} runs on JSON records only (--format json)")
+    if args.mode in ("upsert", "scale") and (args.format != "json" or args.envelope != "none"):
+        p.error(f"--mode {args.mode} runs on plain JSON records only (--format json, --envelope none)")
+    if args.envelope == "debezium" and args.format not in ("json", "connect", "avro"):
+        p.error(f"--envelope debezium is written in json, connect or avro, not {args.format}")
     if len(args.scale_sizes) != len(args.scale_size_records):
         p.error("--scale-size-records takes one count per --scale-sizes")
     unknown = set(args.phase_list) - set(phases)

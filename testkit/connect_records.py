@@ -157,3 +157,17 @@ def delta_value(meaning: Any) -> Any:
 def expected_row(record: ConnectRecord) -> dict[str, Any]:
     """The row a record's values must be in the table (every field of its schema)."""
     return {name: delta_value(meaning) for name, meaning in (record.expect or {}).items()}
+
+
+def connect_rows(fields: list[tuple[str, str]], rows: list[dict[str, Any]], envelope: str = "plain") -> list[bytes]:
+    """`rows` of the shape `fields` ((name, kind), the kinds of bench/registry_rows.py; a decimal as its text) as
+    Kafka's JsonConverter writes them with schemas, plain or (`envelope="debezium"`) each in a Debezium change event
+    (testkit/java/io/lakesink/testkit/ConnectRows.java)."""
+    java = jars.require_java()
+    lines = [json.dumps([list(f) for f in fields])] + [json.dumps(row) for row in rows]
+    proc = subprocess.run([java, "-cp", os.pathsep.join(map(str, helper_classpath())),
+                           "io.lakesink.testkit.ConnectRows", envelope],
+                          input="\n".join(lines).encode() + b"\n", capture_output=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ConnectRows {envelope} failed: {proc.stderr.decode(errors='replace').strip()[-2000:]}")
+    return [base64.b64decode(line) for line in proc.stdout.decode().split("\n")[:-1]]

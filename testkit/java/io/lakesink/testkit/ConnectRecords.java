@@ -831,22 +831,28 @@ public final class ConnectRecords {
 
     /** A Debezium change event of `op` at `lsn`; `before`/`after` rows or null; the key's id or null (truncate). */
     static void event(String op, long lsn, Integer id, Cell before, Cell after) throws Exception {
-        long millis = 1_700_000_000_000L + lsn;
-        Struct source = new Struct(SOURCE).put("version", "3.0.7.Final").put("connector", "postgresql")
-                .put("name", "server1").put("ts_ms", millis).put("snapshot", op.equals("r") ? "true" : "false")
-                .put("db", "inventory").put("sequence", "[\"" + (lsn - 1) + "\",\"" + lsn + "\"]")
-                .put("ts_us", millis * 1000).put("ts_ns", millis * 1_000_000)
-                .put("schema", "public").put("table", "all_types").put("txId", 500 + lsn).put("lsn", lsn);
-        Struct value = new Struct(ENVELOPE).put("before", valueOf(before)).put("after", valueOf(after))
-                .put("source", source).put("op", op).put("ts_ms", millis + 500).put("ts_us", (millis + 500) * 1000)
-                .put("ts_ns", (millis + 500) * 1_000_000);
-        value.validate();
+        Struct value = change(ENVELOPE, op, lsn, valueOf(before), valueOf(after));
         String key = id == null ? null : encoded(KEYS, KEY, new Struct(KEY).put("id", id));
         ObjectNode out = record("debezium", id == null ? -1 : id, ENVELOPE, new Cell(value, tag("struct")
                 .add(after == null ? JSON.nullNode() : after.meaning().get(1))), key);
         out.put("op", op);
         out.put("lsn", lsn);
         print(out);
+    }
+
+    /** The Debezium change event of `op` at `lsn` in `envelope` (envelope(row)), its rows `before` and `after`. */
+    static Struct change(Schema envelope, String op, long lsn, Object before, Object after) {
+        long millis = 1_700_000_000_000L + lsn;
+        Struct source = new Struct(SOURCE).put("version", "3.0.7.Final").put("connector", "postgresql")
+                .put("name", "server1").put("ts_ms", millis).put("snapshot", op.equals("r") ? "true" : "false")
+                .put("db", "inventory").put("sequence", "[\"" + (lsn - 1) + "\",\"" + lsn + "\"]")
+                .put("ts_us", millis * 1000).put("ts_ns", millis * 1_000_000)
+                .put("schema", "public").put("table", "all_types").put("txId", 500 + lsn).put("lsn", lsn);
+        Struct value = new Struct(envelope).put("before", before).put("after", after)
+                .put("source", source).put("op", op).put("ts_ms", millis + 500).put("ts_us", (millis + 500) * 1000)
+                .put("ts_ns", (millis + 500) * 1_000_000);
+        value.validate();
+        return value;
     }
 
     static void tombstone(int id) throws Exception {

@@ -1,0 +1,138 @@
+"""Rows written as Kafka Connect's JsonConverter writes them (schemas.enable=true, decimal.format=BASE64), plain or
+each in a Debezium PostgreSQL change event (op c), for bench/run.py --format connect and --envelope debezium.
+
+The bench writes millions of values, so they are written here rather than by Kafka's converter itself; what is
+written is checked against the converter (testkit/java/io/lakesink/testkit/ConnectRows.java) byte for byte, for
+the bench's rows and for every kind, by tests/integration/test_bench_formats.py. The rows are those of
+bench/registry_rows.py's kinds (a decimal a Decimal of 2 places, a timestamp milliseconds since the epoch).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any
+
+Fields = Sequence[tuple[str, str]]
+
+_SCALE = 2
+_TYPES = {"long": {"type": "int64"}, "int": {"type": "int32"}, "string": {"type": "string"},
+          "boolean": {"type": "boolean"}, "double": {"type": "double"},
+          "decimal": {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+                      "parameters": {"scale": str(_SCALE)}},
+          "timestamp": {"type": "int64", "name": "org.apache.kafka.connect.data.Timestamp", "version": 1},
+          "strings": {"type": "array", "items": {"type": "string", "optional": False}}}
+"""Each kind's Connect schema, its keys in the converter's order ("optional" goes after "type", or "items")."""
+
+_SOURCE = {"type": "struct", "fields": [
+    *({"type": kind, "optional": optional, "field": name} for kind, optional, name in (
+        ("string", False, "version"), ("string", False, "connector"), ("string", False, "name"),
+        ("int64", False, "ts_ms"))),
+    {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
+     "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},
+     "default": "false", "field": "snapshot"},
+    *({"type": kind, "optional": optional, "field": name} for kind, optional, name in (
+        ("string", False, "db"), ("string", True, "sequence"), ("int64", True, "ts_us"), ("int64", True, "ts_ns"),
+        ("string", False, "schema"), ("string", False, "table"), ("int64", True, "txId"), ("int64", True, "lsn"),
+        ("int64", True, "xmin")))],
+    "optional": False, "name": "io.debezium.connector.postgresql.Source", "version": 1, "field": "source"}
+_TRANSACTION = {"type": "struct", "fields": [{"type": "string", "optional": False, "field": "id"},
+                                             {"type": "int64", "optional": False, "field": "total_order"},
+                                             {"type": "int64", "optional": False, "field": "data_collection_order"}],
+                "optional": True, "name": "event.block", "version": 1, "field": "transaction"}
+
+
+def _field(name: str, kind: str) -> dict[str, Any]:
+    schema = _TYPES[kind]
+    head = {"type": schema["type"], **({"items": schema["items"]} if "items" in schema else {}), "optional": False}
+    return {**head, **{k: v for k, v in schema.items() if k not in head}, "field": name}
+
+
+def _row_schema(fields: Fields, optional: bool, field: str | None = None) -> dict[str, Any]:
+    schema = {"type": "struct", "fields": [_field(name, kind) for name, kind in fields], "optional": optional,
+              "name": "bench.BenchEvent"}
+    return {**schema, "field": field} if field else schema
+
+
+def _decimal(value: Decimal) -> str:
+    unscaled = int(value.scaleb(_SCALE))
+    size = (unscaled + (unscaled < 0)).bit_length() // 8 + 1  # two's complement, big-endian, as few bytes as hold it
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
+
+
+def _java_double(value: float) -> str:
+    """A double as Java's Double.toString writes it (and so Jackson, in the converter): the shortest digits that
+    read back as it, plain from 10^-3 up to 10^7 (at least one digit after the point), otherwise `d.dddE-n`. Only
+    normal doubles of at most 15 significant digits (the bench's amounts have 5): Java 17 writes some longer ones
+    with a digit more than the shortest, and subnormal ones otherwise (4.9E-324)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("JsonConverter writes NaN and infinity as strings, which the bench's rows never hold")
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    if len(digits) > 15 or 0 < abs(value) < sys.float_info.min:  # Java 17 writes these with more digits or others
+        raise ValueError(f"{value!r}: the bench writes normal doubles of at most 15 significant digits")
+    text = "".join(map(str, digits))
+    power = len(text) - 1 + exponent  # of the first digit
+    minus = "-" if sign else ""
+    if value == 0:
+        return f"{minus}0.0"
+    if -3 <= power < 7:
+        whole = text[:power + 1] if power >= 0 else "0"
+        fraction = text[power + 1:] if power >= 0 else "0" * (-power - 1) + text
+        return f"{minus}{whole.ljust(power + 1, '0') if power >= 0 else whole}.{fraction or '0'}"
+    return f"{minus}{text[0]}.{text[1:] or '0'}E{power}"
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+
+
+def _surrogates(match: re.Match) -> str:
+    code = ord(match.group()) - 0x10000
+    return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
+
+
+def _dumps(value: Any) -> str:
+    """JSON as Jackson writes it in the converter: compact, UTF-8, a character beyond U+FFFF as its escaped UTF-16
+    surrogates."""
+    return _ASTRAL.sub(_surrogates, json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+_WRITERS: dict[str, Callable[[Any], str]] = {"decimal": lambda value: f'"{_decimal(value)}"', "double": _java_double}
+"""How a value of a kind is written in the payload, where json.dumps would write it otherwise."""
+
+
+class ConnectWriter:
+    """`(row, lsn) -> value bytes`: the row as the converter writes it, in a change event at `lsn` (from 1) when
+    `envelope` is "debezium" (its source and times as ConnectRows gives them); `schemas=False`: the payload alone,
+    as the converter writes it with schemas.enable=false."""
+
+    def __init__(self, fields: Fields, envelope: str = "plain", schemas: bool = True):
+        if envelope not in ("plain", "debezium"):
+            raise ValueError(f"no envelope {envelope!r}: plain or debezium")
+        self._fields = [(_dumps(name) + ":", _WRITERS.get(kind, _dumps), name) for name, kind in fields]
+        self._debezium = envelope == "debezium"
+        if self._debezium:
+            schema = {"type": "struct", "fields": [
+                _row_schema(fields, True, "before"), _row_schema(fields, True, "after"), _SOURCE,
+                {"type": "string", "optional": False, "field": "op"},
+                *({"type": "int64", "optional": True, "field": name} for name in ("ts_ms", "ts_us", "ts_ns")),
+                _TRANSACTION], "optional": False, "name": "server1.inventory.all_types.Envelope", "version": 2}
+        else:
+            schema = _row_schema(fields, False)
+        self._head, self._tail = ('{"schema":' + _dumps(schema) + ',"payload":', "}") if schemas else ("", "")
+
+    def __call__(self, row: dict[str, Any], lsn: int = 1) -> bytes:
+        payload = "{" + ",".join(key + write(row[name]) for key, write, name in self._fields) + "}"
+        if self._debezium:
+            millis = 1_700_000_000_000 + lsn
+            source = {"version": "3.0.7.Final", "connector": "postgresql", "name": "server1", "ts_ms": millis,
+                      "snapshot": "false", "db": "inventory", "sequence": f'["{lsn - 1}","{lsn}"]',
+                      "ts_us": millis * 1000, "ts_ns": millis * 1_000_000, "schema": "public", "table": "all_types",
+                      "txId": 500 + lsn, "lsn": lsn, "xmin": None}
+            times = {"ts_ms": millis + 500, "ts_us": (millis + 500) * 1000, "ts_ns": (millis + 500) * 1_000_000,
+                     "transaction": None}
+            payload = ('{"before":null,"after":' + payload + ',"source":' + _dumps(source) + ',"op":"c",'
+                       + _dumps(times)[1:])
+        return (self._head + payload + self._tail).encode()

@@ -1,0 +1,97 @@
+package io.lakesink.testkit;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.math.BigDecimal;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.Date;
+import java.util.List;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+import org.apache.kafka.connect.data.Decimal;
+import org.apache.kafka.connect.data.Schema;
+import org.apache.kafka.connect.data.SchemaBuilder;
+import org.apache.kafka.connect.data.Struct;
+import org.apache.kafka.connect.data.Timestamp;
+
+/**
+ * Rows of a given shape as Kafka's own JsonConverter writes them (schemas.enable=true, decimal.format=BASE64), plain
+ * or in a Debezium PostgreSQL change event (op c, as ConnectRecords builds one): the reference the benchmark's Connect
+ * JSON writer (bench/connect_rows.py) is checked against.
+ *
+ * <p>Usage: {@code ConnectRows plain|debezium}. The first line of standard input is the shape, a JSON array of
+ * {@code [name, kind]} with the kinds of bench/registry_rows.py (long, int, string, boolean, double, decimal as a
+ * string of 2 decimal places, timestamp in milliseconds, strings); then one JSON object per row and line. Prints one
+ * line per row: the converter's bytes in base64.
+ */
+public final class ConnectRows {
+
+    static Schema kind(String kind) {
+        return switch (kind) {
+            case "long" -> Schema.INT64_SCHEMA;
+            case "int" -> Schema.INT32_SCHEMA;
+            case "string" -> Schema.STRING_SCHEMA;
+            case "boolean" -> Schema.BOOLEAN_SCHEMA;
+            case "double" -> Schema.FLOAT64_SCHEMA;
+            case "decimal" -> Decimal.schema(2);
+            case "timestamp" -> Timestamp.SCHEMA;
+            case "strings" -> SchemaBuilder.array(Schema.STRING_SCHEMA).build();
+            default -> throw new IllegalArgumentException("no kind " + kind);
+        };
+    }
+
+    static Object value(String kind, JsonNode node) {
+        return switch (kind) {
+            case "long" -> node.longValue();
+            case "int" -> node.intValue();
+            case "string" -> node.textValue();
+            case "boolean" -> node.booleanValue();
+            case "double" -> node.doubleValue();
+            case "decimal" -> new BigDecimal(node.textValue());
+            case "timestamp" -> new Date(node.longValue());
+            case "strings" -> {
+                List<String> items = new ArrayList<>();
+                node.forEach(item -> items.add(item.textValue()));
+                yield items;
+            }
+            default -> throw new IllegalArgumentException("no kind " + kind);
+        };
+    }
+
+    public static void main(String[] args) throws Exception {
+        boolean debezium = args.length == 1 && args[0].equals("debezium");
+        if (args.length != 1 || !(debezium || args[0].equals("plain"))) {
+            throw new IllegalArgumentException("usage: ConnectRows plain|debezium");
+        }
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        JsonNode shape = ConnectRecords.MAPPER.readTree(in.readLine());
+        SchemaBuilder builder = SchemaBuilder.struct().name("bench.BenchEvent");
+        if (debezium) {
+            builder.optional();
+        }
+        shape.forEach(field -> builder.field(field.get(0).textValue(), kind(field.get(1).textValue())));
+        Schema row = builder.build();
+        Schema envelope = debezium ? ConnectRecords.envelope(row) : null;
+        PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
+        long lsn = 0;
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            JsonNode node = ConnectRecords.MAPPER.readTree(line);
+            Struct value = new Struct(row);
+            shape.forEach(field -> value.put(field.get(0).textValue(),
+                    value(field.get(1).textValue(), node.get(field.get(0).textValue()))));
+            Object written = value;
+            Schema schema = row;
+            if (debezium) {
+                written = ConnectRecords.change(envelope, "c", ++lsn, null, value);
+                schema = envelope;
+            }
+            byte[] bytes = ConnectRecords.WRAPPED.fromConnectData(ConnectRecords.TOPIC, schema, written);
+            out.println(Base64.getEncoder().encodeToString(bytes));
+        }
+        out.flush();
+    }
+}
