@@ -39,13 +39,13 @@ def make_row(i: int, ts_ms: int) -> dict:
 
 def value_writer(fmt: str, registry_url: str | None, topic: str, envelope: str = "none"):
     """`(i, ts_ms) -> value bytes` of the bench's record i in `fmt`: make_value for json, the record as Kafka Connect's
-    JsonConverter writes it for connect (bench/connect_rows.py), else as the format's confluent-kafka serializer
+    JsonConverter writes it for connect (testkit/connect_writer.py), else as the format's confluent-kafka serializer
     writes it (its schema registered in the registry at `registry_url` under `<topic>-value` with the first record).
     `envelope="debezium"`: each record is the row of a Debezium change event (op c, its source position i + 1)."""
     if fmt == "json" and envelope == "none":
         return make_value
     if fmt in ("json", "connect"):
-        from bench.connect_rows import ConnectWriter
+        from testkit.connect_writer import ConnectWriter
 
         write = ConnectWriter(ROW_FIELDS, "debezium" if envelope == "debezium" else "plain", schemas=fmt == "connect")
         return lambda i, ts_ms: write(make_row(i, ts_ms), i + 1)

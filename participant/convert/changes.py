@@ -38,6 +38,7 @@ from connector.upsert import (
     connect_payload,
     order_value,
 )
+from participant.convert.envelopes import EnvelopeBatch
 from participant.convert.keys import Keys
 from participant.convert.scope import Scope
 from participant.convert.values import PlainJson, Read, TypedFit, reject_wrapped
@@ -71,6 +72,9 @@ class Changes:
         self._old_keys: dict[int, dict[str, Any]] = {}
         """Record of the batch in conversion -> the key its Debezium create replaces (`OLD_KEY`), where the create
         carries an unavailable value."""
+        self.envelopes = EnvelopeBatch(scope, upsert) \
+            if upsert.envelope == "debezium" and scope.value_registry is None else None
+        """The batch path of Debezium events with Connect schemas (envelopes.py); None for other values."""
 
     def read_json(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
                   rejected: dict[int, tuple[str, str]]) -> Read:
@@ -82,7 +86,15 @@ class Changes:
 
     def read_typed(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
                    rejected: dict[int, tuple[str, str]]) -> Read:
-        """Typed changes: each record's row typed by its schema (Kafka Connect's, or its writer schema)."""
+        """Typed changes: each record's row typed by its schema (Kafka Connect's, or its writer schema); Debezium
+        events with Connect schemas a batch at a time where envelopes.py takes the batch."""
+        if self.envelopes is not None:
+            batch = self.envelopes.read(keys, values, value_array, rejected)
+            if batch is not None:
+                parts, changes = batch
+                self._carried, self._old_keys = [None] * len(values), {}
+                data, kept = self._fit_parts(parts, rejected)
+                return Read(data, kept, None, changes)
         data, kept, changes = self._typed_changes(keys, values, rejected)
         return Read(data, kept, None, changes)
 

@@ -21,7 +21,7 @@ import org.apache.kafka.connect.data.Timestamp;
 /**
  * Rows of a given shape as Kafka's own JsonConverter writes them (schemas.enable=true, decimal.format=BASE64), plain
  * or in a Debezium PostgreSQL change event (op c, as ConnectRecords builds one): the reference the benchmark's Connect
- * JSON writer (bench/connect_rows.py) is checked against.
+ * JSON writer (testkit/connect_writer.py) is checked against.
  *
  * <p>Usage: {@code ConnectRows plain|debezium}. The first line of standard input is the shape, a JSON array of
  * {@code [name, kind]} with the kinds of bench/registry_rows.py (long, int, string, boolean, double, decimal as a

@@ -1,15 +1,17 @@
 """Rows written as Kafka Connect's JsonConverter writes them (schemas.enable=true, decimal.format=BASE64), plain or
-each in a Debezium PostgreSQL change event (op c), for bench/run.py --format connect and --envelope debezium.
+each in a Debezium PostgreSQL change event (op c), for bench/run.py --format connect and --envelope debezium and the
+tests of Debezium events read a batch at a time.
 
-The bench writes millions of values, so they are written here rather than by Kafka's converter itself; what is
-written is checked against the converter (testkit/java/io/lakesink/testkit/ConnectRows.java) byte for byte, for
-the bench's rows and for every kind, by tests/integration/test_bench_formats.py. The rows are those of
-bench/registry_rows.py's kinds (a decimal a Decimal of 2 places, a timestamp milliseconds since the epoch).
+Millions of values are written, so they are written here rather than by Kafka's converter itself; what is written is
+checked against the converter (testkit/java/io/lakesink/testkit/ConnectRows.java) byte for byte, for rows of every
+kind, by tests/integration/test_connect_writer.py. The rows are of bench/registry_rows.py's kinds (a decimal a
+Decimal of 2 places, a timestamp milliseconds since the epoch).
 """
 from __future__ import annotations
 
 import base64
 import json
+import random
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -136,3 +138,29 @@ class ConnectWriter:
             payload = ('{"before":null,"after":' + payload + ',"source":' + _dumps(source) + ',"op":"c",'
                        + _dumps(times)[1:])
         return (self._head + payload + self._tail).encode()
+
+
+KINDS = (("a", "long"), ("b", "int"), ("c", "string"), ("d", "boolean"), ("e", "double"), ("f", "decimal"),
+         ("g", "timestamp"), ("h", "strings"))
+"""A row shape of every kind the writer takes."""
+CHARACTERS = 'ab"\\/\n\t\x01\x7fé€\u2028😀'
+"""Characters written in different ways: escaped, as they are, and beyond U+FFFF as escaped surrogates."""
+
+
+def _double(rnd: random.Random) -> float:
+    """A normal double of 1 to 15 significant digits (what the writer takes), anywhere in their range."""
+    digits = rnd.randint(1, 15)
+    return float(f"{rnd.choice('-+')}{rnd.randint(10 ** (digits - 1), 10 ** digits - 1)}e{rnd.randint(-307, 290)}")
+
+
+def varied_rows(count: int, seed: int, characters: str = CHARACTERS) -> list[dict[str, Any]]:
+    """`count` rows of KINDS whose values differ in how they are written: doubles across their range and at its
+    edges, decimals, strings and arrays of `characters`."""
+    rnd = random.Random(seed)
+    doubles = (0.0, -0.0, 1.5, 12.34, 1e-3, 9.99e-4, 1e7, 9999999.5, 1e16, 1.79769313486231e308, 2.22507385850721e-308)
+    return [{"a": rnd.randint(-2 ** 63, 2 ** 63 - 1), "b": rnd.randint(-2 ** 31, 2 ** 31 - 1),
+             "c": "".join(rnd.choice(characters) for _ in range(rnd.randint(0, 6))), "d": rnd.random() < 0.5,
+             "e": rnd.choice(doubles) if i % 3 == 0 else _double(rnd),
+             "f": Decimal(rnd.randint(-10 ** 10, 10 ** 10)).scaleb(-2), "g": rnd.randint(-10 ** 13, 10 ** 13),
+             "h": [rnd.choice(characters) * rnd.randint(1, 3) for _ in range(rnd.randint(0, 3))]}
+            for i in range(count)]

@@ -1,0 +1,169 @@
+"""Debezium change events with Kafka Connect schemas read a batch at a time (value.envelope=debezium,
+value.converter.schemas.enable=true): every envelope of one schema goes through pyarrow's JSON reader at once
+(connector/formats/connect.py `read_batch`), and each row is its `after` struct, where the per-record path
+(changes.py `_typed_changes`) parses each event, types its row and stages it one record at a time.
+
+The batch path gives exactly what the per-record path gives, or nothing: it takes a batch only when every record is
+one the per-record path would stage plainly, and leaves every other batch to it. Kept are batches where
+
+- every record splits into the JSON converter's wrapper, and no record waits as a tombstone to delete its key;
+- every event's op is c, u or r and its `after` is an object (deletes, truncates and bad events take the per-record
+  path, which names them);
+- no record can hold Debezium's unavailable-value placeholder: its text, base64 and name-based UUID never occur in
+  the batch's bytes, nor does a `\\u` escape (which could spell them), and no top-level array has as many elements as
+  the placeholder has bytes (its form in integer arrays);
+- the fields the per-record path reads from the raw event and its `source` (the op, the times, the source position)
+  are in their schemas, or occur nowhere in the batch (the JSON reader drops fields its schema lacks);
+- the row's fields take no name lakesink reserves; in a keyed mode the key is the row's `record.key.fields`, all
+  present and not null; no `upsert.order.field` must be checked.
+
+The event's times and source position are then read from the typed `source` and event columns by the functions the
+per-record path uses (connector/formats/debezium.py); a value they refuse sends the batch to the per-record path.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from connector.formats.connect import Decoder
+from connector.formats.debezium import UPSERT, UPSERT_OPS, Change, event_int, source_position
+from connector.formats.problems import NULL_VALUE, Problem
+from connector.upsert import (
+    CDC_SOURCE_LSN,
+    CDC_SOURCE_TS_MS,
+    CDC_TS_MS,
+    EVENT_ORDER_COLUMNS,
+    UNAVAILABLE_VALUE,
+    UpsertSpec,
+)
+from participant.convert.scope import Scope
+
+_PLACEHOLDER = UNAVAILABLE_VALUE.encode()
+_NEVER_IN_BATCH = (
+    _PLACEHOLDER,  # the text, and within hstore's JSON text and map forms
+    base64.b64encode(_PLACEHOLDER)[:36],  # bytea and bytea[] in JSON (its whole groups of four)
+    str(uuid.UUID(bytes=hashlib.md5(_PLACEHOLDER).digest(), version=3)).encode(),  # uuid[]
+    b"\\u",  # an escape could spell any of them
+)
+_CODES = len(_PLACEHOLDER)
+"""Elements of the placeholder in integer and date arrays (one per byte)."""
+_SOURCE_READS = ("connector", "ts_ms", "lsn", "gtid", "file", "server_id", "pos", "row", "commit_lsn", "change_lsn",
+                 "event_serial_no", "scn")
+"""The `source` fields connector/formats/debezium.py reads (its times and every connector's position)."""
+
+
+class EnvelopeBatch:
+    """The batch path of one converter's Debezium events (see the module's docstring); `read` returns None for a
+    batch it leaves to the per-record path."""
+
+    def __init__(self, scope: Scope, upsert: UpsertSpec):
+        self._scope = scope
+        self._upsert = upsert
+        self.taken = 0
+        """Batches read here (for tests and the profile)."""
+
+    def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
+             rejected: dict[int, tuple[str, str]]) -> tuple[list[tuple[list[int], pa.Table]], list[Change | None]] | None:
+        """The typed parts (record numbers, rows) of the batch and each record's change, or None."""
+        spec = self._upsert
+        if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS:
+            return None
+        if spec.takes_deletes and any(error == NULL_VALUE for error, _ in rejected.values()):
+            return None  # a tombstone: a delete of its key
+        index = [i for i in range(len(values)) if i not in rejected]
+        if not index:
+            return None
+        split, problems = self._scope.decoders.split_many(values, index, value_array)
+        if problems:
+            return None
+        changes: list[Change | None] = [None] * len(values)
+        parts = []
+        for decoder, numbers, payloads in split:
+            joined = b"\n".join(payloads)
+            if any(text in joined for text in _NEVER_IN_BATCH) or joined.count(b"\n") != len(payloads) - 1:
+                return None
+            part = self._part(decoder, joined, len(payloads))
+            if part is None:
+                return None
+            rows, group_changes = part
+            parts.append((numbers, rows))
+            for i, change in zip(numbers, group_changes):
+                changes[i] = change
+        self.taken += 1
+        return parts, changes
+
+    def _part(self, decoder: Decoder, joined: bytes, count: int) -> tuple[pa.Table, list[Change]] | None:
+        children = dict(decoder.children)
+        after, op = children.get("after"), children.get("op")
+        if decoder.schema.type != "struct" or after is None or after.schema.type != "struct" or not after.children \
+                or op is None or op.schema.type != "string" or op.schema.name is not None:
+            return None
+        if any(name not in children and f'"{name}"'.encode() in joined for name in ("ts_ms", "source")) \
+                or _defaulted(children, ("op", "ts_ms")):
+            return None
+        source = children.get("source")
+        if source is not None:
+            known = dict(source.children)
+            if source.schema.type != "struct" or _defaulted(known, _SOURCE_READS) \
+                    or any(name not in known and f'"{name}"'.encode() in joined for name in _SOURCE_READS):
+                return None
+        names = [name for name, _ in after.children]
+        if any(self._scope.reserved_name(name) for name in names):
+            return None
+        table = decoder.read_batch(joined, count)
+        if table is None:
+            return None
+        ops = table.column("op")
+        if ops.null_count or not pc.all(pc.is_in(ops, pa.array(UPSERT_OPS))).as_py():
+            return None
+        rows_column = table.column("after").combine_chunks()
+        if rows_column.null_count:
+            return None
+        rows = pa.Table.from_struct_array(rows_column)
+        for column in rows.columns:
+            if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+                if pc.any(pc.equal(pc.list_value_length(column), _CODES)).as_py():
+                    return None
+        if not self._keys_whole(rows):
+            return None
+        try:
+            changes = self._changes(table, ops)
+        except Problem:
+            return None
+        return rows, changes
+
+    def _keys_whole(self, rows: pa.Table) -> bool:
+        """Whether the rows hold their keys as the per-record path would leave them: nothing to add outside the keyed
+        modes; in them, every `record.key.fields` column present and never null (the Kafka key is then not read)."""
+        spec = self._upsert
+        if not spec.keyed:
+            return True
+        if not spec.key_fields:
+            return False
+        return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
+
+    def _changes(self, table: pa.Table, ops: pa.ChunkedArray) -> list[Change]:
+        """Each event's change, as connector/formats/debezium.py `event_row` gives it for an op of c, u or r with
+        no placeholder; raises Problem for a time or position it refuses."""
+        if not self._upsert.cdc_columns:
+            return [UPSERT] * table.num_rows
+        names = table.column_names
+        times = table.column("ts_ms").to_pylist() if "ts_ms" in names else [None] * table.num_rows
+        sources: list[Any] = table.column("source").to_pylist() if "source" in names else [None] * table.num_rows
+        changes = []
+        for op, ts_ms, source in zip(ops.to_pylist(), times, sources):
+            source = source if type(source) is dict else {}
+            changes.append(Change(False, op, event_int({"ts_ms": ts_ms}, "ts_ms", "ts_ms", CDC_TS_MS),
+                                  event_int(source, "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS),
+                                  event_int(source, "lsn", "source.lsn", CDC_SOURCE_LSN), source_position(source)))
+        return changes
+
+
+def _defaulted(children: dict[str, Decoder], names: tuple[str, ...]) -> bool:
+    """Whether a field of `names` has a default: the typed event gives it where the raw event has none."""
+    return any(name in children and children[name].schema.default is not None for name in names)
