@@ -52,9 +52,11 @@ _NEVER_IN_BATCH = (
 )
 _CODES = len(_PLACEHOLDER)
 """Elements of the placeholder in integer and date arrays (one per byte)."""
-_SOURCE_READS = ("connector", "ts_ms", "lsn", "gtid", "file", "server_id", "pos", "row", "commit_lsn", "change_lsn",
-                 "event_serial_no", "scn")
-"""The `source` fields connector/formats/debezium.py reads (its times and every connector's position)."""
+_SOURCE_READS = ("connector", "ts_ms", "lsn")
+"""The `source` fields connector/formats/debezium.py reads of every event: its connector, time and lsn."""
+_POSITION_READS = {"mysql": ("gtid", "file", "server_id", "pos", "row"),
+                   "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"), "oracle": ("scn",)}
+"""The further `source` fields it reads for the position of an event of these connectors (`source_position`)."""
 
 
 class EnvelopeBatch:
@@ -103,15 +105,14 @@ class EnvelopeBatch:
         if decoder.schema.type != "struct" or after is None or after.schema.type != "struct" or not after.children \
                 or op is None or op.schema.type != "string" or op.schema.name is not None:
             return None
-        if any(name not in children and f'"{name}"'.encode() in joined for name in ("ts_ms", "source")) \
-                or _defaulted(children, ("op", "ts_ms")):
+        cdc = self._upsert.cdc_columns
+        if _defaulted(children, ("op", "after")) or cdc and (
+                _defaulted(children, ("ts_ms",))
+                or any(name not in children and f'"{name}"'.encode() in joined for name in ("ts_ms", "source"))):
             return None
         source = children.get("source")
-        if source is not None:
-            known = dict(source.children)
-            if source.schema.type != "struct" or _defaulted(known, _SOURCE_READS) \
-                    or any(name not in known and f'"{name}"'.encode() in joined for name in _SOURCE_READS):
-                return None
+        if cdc and source is not None and (source.schema.type != "struct" or not self._source_read(source, joined)):
+            return None
         names = [name for name, _ in after.children]
         if any(self._scope.reserved_name(name) for name in names):
             return None
@@ -132,10 +133,18 @@ class EnvelopeBatch:
         if not self._keys_whole(rows):
             return None
         try:
-            changes = self._changes(table, ops)
+            changes = self._changes(table, ops, source, joined)
         except Problem:
             return None
-        return rows, changes
+        return None if changes is None else (rows, changes)
+
+    @staticmethod
+    def _source_read(source: Decoder, joined: bytes, names: tuple[str, ...] = _SOURCE_READS) -> bool:
+        """Whether the typed `source` gives the fields of `names` as the raw event has them: each is in its schema,
+        without a default, or occurs nowhere in the batch."""
+        known = dict(source.children)
+        return not _defaulted(known, names) \
+            and not any(name not in known and f'"{name}"'.encode() in joined for name in names)
 
     def _keys_whole(self, rows: pa.Table) -> bool:
         """Whether the rows hold their keys as the per-record path would leave them: nothing to add outside the keyed
@@ -147,21 +156,51 @@ class EnvelopeBatch:
             return False
         return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
 
-    def _changes(self, table: pa.Table, ops: pa.ChunkedArray) -> list[Change]:
+    def _changes(self, table: pa.Table, ops: pa.ChunkedArray, source: Decoder | None,
+                 joined: bytes) -> list[Change] | None:
         """Each event's change, as connector/formats/debezium.py `event_row` gives it for an op of c, u or r with
-        no placeholder; raises Problem for a time or position it refuses."""
+        no placeholder, or None where a connector's position reads fields the typed `source` may not give; raises
+        Problem for a time or position it refuses."""
+        n = table.num_rows
         if not self._upsert.cdc_columns:
-            return [UPSERT] * table.num_rows
-        names = table.column_names
-        times = table.column("ts_ms").to_pylist() if "ts_ms" in names else [None] * table.num_rows
-        sources: list[Any] = table.column("source").to_pylist() if "source" in names else [None] * table.num_rows
-        changes = []
-        for op, ts_ms, source in zip(ops.to_pylist(), times, sources):
-            source = source if type(source) is dict else {}
-            changes.append(Change(False, op, event_int({"ts_ms": ts_ms}, "ts_ms", "ts_ms", CDC_TS_MS),
-                                  event_int(source, "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS),
-                                  event_int(source, "lsn", "source.lsn", CDC_SOURCE_LSN), source_position(source)))
-        return changes
+            return [UPSERT] * n
+        empty = [None] * n
+        times = _ints(table.column("ts_ms").combine_chunks(), "ts_ms", "ts_ms", CDC_TS_MS) \
+            if "ts_ms" in table.column_names else empty
+        columns: dict[str, pa.Array] = {}
+        if source is not None:
+            struct = table.column("source").combine_chunks()
+            known = [name for name, _ in source.children]
+            columns = {name: pc.struct_field(struct, [known.index(name)]) for name in _SOURCE_READS if name in known}
+        connectors = set(columns["connector"].to_pylist()) if "connector" in columns else {None}
+        further = [name for connector in connectors for name in _POSITION_READS.get(connector, ())]
+        if further:
+            if source is None or not self._source_read(source, joined, tuple(further)):
+                return None
+            columns.update((name, pc.struct_field(struct, [known.index(name)])) for name in further if name in known)
+        source_times = _ints(columns["ts_ms"], "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS) \
+            if "ts_ms" in columns else empty
+        lsns = _ints(columns["lsn"], "lsn", "source.lsn", CDC_SOURCE_LSN) if "lsn" in columns else empty
+        if connectors == {"postgresql"} and "lsn" in columns and pa.types.is_integer(columns["lsn"].type) \
+                and (pc.min(columns["lsn"]).as_py() or 0) >= 0:  # `source_position`: the lsn, 20 digits
+            positions = [None if lsn is None else f"{lsn:020d}" for lsn in lsns]
+        elif columns:
+            names = list(columns)
+            positions = [source_position(dict(zip(names, values)))
+                         for values in zip(*(array.to_pylist() for array in columns.values()))]
+        else:
+            positions = empty
+        return [Change(False, op, ts_ms, source_ts_ms, lsn, position) for op, ts_ms, source_ts_ms, lsn, position
+                in zip(ops.to_pylist(), times, source_times, lsns, positions)]
+
+
+def _ints(array: pa.Array, field: str, path: str, column: str) -> list[Any]:
+    """A column of the event as event_int checks it: an integer column as it is (int64 at most), another value by
+    value (raises Problem)."""
+    values = array.to_pylist()
+    if pa.types.is_integer(array.type) and array.type != pa.uint64():
+        return values
+    return [event_int({field: v}, field, path, column) for v in values]
 
 
 def _defaulted(children: dict[str, Decoder], names: tuple[str, ...]) -> bool:
