@@ -72,7 +72,7 @@ class Changes:
         self._old_keys: dict[int, dict[str, Any]] = {}
         """Record of the batch in conversion -> the key its Debezium create replaces (`OLD_KEY`), where the create
         carries an unavailable value."""
-        self.envelopes = EnvelopeBatch(scope, upsert) \
+        self.envelopes = EnvelopeBatch(scope, upsert, keys) \
             if upsert.envelope == "debezium" and scope.value_registry is None else None
         """The batch path of Debezium events with Connect schemas (envelopes.py); None for other values."""
 

@@ -6,7 +6,8 @@ value.converter.schemas.enable=true): every envelope of one schema goes through 
 The batch path gives exactly what the per-record path gives, or nothing: it takes a batch only when every record is
 one the per-record path would stage plainly, and leaves every other batch to it. Kept are batches where
 
-- every record splits into the JSON converter's wrapper, and no record waits as a tombstone to delete its key;
+- every record splits into the JSON converter's wrapper with a payload that is not null, and no record waits as a
+  tombstone to delete its key;
 - every event's op is c, u or r and its `after` is an object (deletes, truncates and bad events take the per-record
   path, which names them);
 - no record can hold Debezium's unavailable-value placeholder: its text, base64 and name-based UUID never occur in
@@ -14,8 +15,11 @@ one the per-record path would stage plainly, and leaves every other batch to it.
   the placeholder has bytes (its form in integer arrays);
 - the fields the per-record path reads from the raw event and its `source` (the op, the times, the source position)
   are in their schemas, or occur nowhere in the batch (the JSON reader drops fields its schema lacks);
-- the row's fields take no name lakesink reserves; in a keyed mode the key is the row's `record.key.fields`, all
-  present and not null; no `upsert.order.field` must be checked.
+- the row's fields take no name lakesink reserves; no `upsert.order.field` must be checked;
+- in a keyed mode the row holds its key as it is: its `record.key.fields` all present and not null, or, keyed by the
+  Kafka key, every key a struct of one Connect schema with the fields of the keys before it, none null, each equal
+  to the row's column of the same name and type (the per-record path writes the key's value over the row's; a
+  floating-point key is left to it, where 0.0 and -0.0 are equal but not the same).
 
 The event's times and source position are then read from the typed `source` and event columns by the functions the
 per-record path uses (connector/formats/debezium.py); a value they refuse sends the batch to the per-record path.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import uuid
 from typing import Any
 
@@ -31,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.formats.connect import Decoder
+from connector.formats.connect_wrapper import WRAPPED_HEAD
 from connector.formats.debezium import UPSERT, UPSERT_OPS, Change, event_int, source_position
 from connector.formats.problems import NULL_VALUE, Problem
 from connector.upsert import (
@@ -41,6 +47,7 @@ from connector.upsert import (
     UNAVAILABLE_VALUE,
     UpsertSpec,
 )
+from participant.convert.keys import Keys
 from participant.convert.scope import Scope
 
 _PLACEHOLDER = UNAVAILABLE_VALUE.encode()
@@ -50,6 +57,7 @@ _NEVER_IN_BATCH = (
     str(uuid.UUID(bytes=hashlib.md5(_PLACEHOLDER).digest(), version=3)).encode(),  # uuid[]
     b"\\u",  # an escape could spell any of them
 )
+_WRAPPED_HEAD = re.compile(WRAPPED_HEAD.encode())
 _CODES = len(_PLACEHOLDER)
 """Elements of the placeholder in integer and date arrays (one per byte)."""
 _SOURCE_READS = ("connector", "ts_ms", "lsn")
@@ -63,9 +71,10 @@ class EnvelopeBatch:
     """The batch path of one converter's Debezium events (see the module's docstring); `read` returns None for a
     batch it leaves to the per-record path."""
 
-    def __init__(self, scope: Scope, upsert: UpsertSpec):
+    def __init__(self, scope: Scope, upsert: UpsertSpec, keys: Keys):
         self._scope = scope
         self._upsert = upsert
+        self._keys = keys
         self.taken = 0
         """Batches read here (for tests and the profile)."""
 
@@ -84,18 +93,25 @@ class EnvelopeBatch:
         if problems:
             return None
         changes: list[Change | None] = [None] * len(values)
-        parts = []
+        parts, held = [], set()
         for decoder, numbers, payloads in split:
+            if _null_payload(payloads):
+                return None
             joined = b"\n".join(payloads)
             if any(text in joined for text in _NEVER_IN_BATCH) or joined.count(b"\n") != len(payloads) - 1:
                 return None
             part = self._part(decoder, joined, len(payloads))
-            if part is None:
+            whole = part is not None and self._keys_whole(part[0], [keys[i] for i in numbers])
+            if not whole:
                 return None
+            if whole is not True:
+                held.add(whole)
             rows, group_changes = part
             parts.append((numbers, rows))
             for i, change in zip(numbers, group_changes):
                 changes[i] = change
+        if len(held) > 1 or held and self._keys.hold_kafka_key_fields(held.pop()) is None:
+            return None
         self.taken += 1
         return parts, changes
 
@@ -130,8 +146,6 @@ class EnvelopeBatch:
             if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
                 if pc.any(pc.equal(pc.list_value_length(column), _CODES)).as_py():
                     return None
-        if not self._keys_whole(rows):
-            return None
         try:
             changes = self._changes(table, ops, source, joined)
         except Problem:
@@ -146,15 +160,36 @@ class EnvelopeBatch:
         return not _defaulted(known, names) \
             and not any(name not in known and f'"{name}"'.encode() in joined for name in names)
 
-    def _keys_whole(self, rows: pa.Table) -> bool:
-        """Whether the rows hold their keys as the per-record path would leave them: nothing to add outside the keyed
-        modes; in them, every `record.key.fields` column present and never null (the Kafka key is then not read)."""
+    def _keys_whole(self, rows: pa.Table, keys: list[bytes | None]) -> bool | tuple[str, ...]:
+        """Whether the rows hold their keys as the per-record path would leave them (see the module's docstring);
+        keyed by the Kafka key, the keys' fields instead of True, for `read` to hold as `Keys._whole_key` would."""
         spec = self._upsert
         if not spec.keyed:
             return True
-        if not spec.key_fields:
+        if spec.key_fields:
+            return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
+        if any(key is None or _WRAPPED_HEAD.match(key) is None for key in keys):
             return False
-        return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
+        split, problems = self._scope.decoders.split_many(keys, list(range(len(keys))))
+        if problems or len(split) != 1:
+            return False
+        decoder, _, payloads = split[0]
+        if _null_payload(payloads):
+            return False
+        joined = b"\n".join(payloads)
+        if decoder.schema.type != "struct" or not decoder.children or joined.count(b"\n") != len(payloads) - 1:
+            return False
+        table = decoder.read_batch(joined, len(payloads))
+        if table is None:
+            return False
+        for name, child in decoder.children:
+            if name not in rows.column_names or rows.schema.field(name).type != child.arrow_type \
+                    or pa.types.is_floating(child.arrow_type):
+                return False
+            key, row = table.column(name), rows.column(name)
+            if key.null_count or not pc.all(pc.equal(key, row).fill_null(False)).as_py():
+                return False
+        return tuple(name for name, _ in decoder.children)
 
     def _changes(self, table: pa.Table, ops: pa.ChunkedArray, source: Decoder | None,
                  joined: bytes) -> list[Change] | None:
@@ -206,3 +241,9 @@ def _ints(array: pa.Array, field: str, path: str, column: str) -> list[Any]:
 def _defaulted(children: dict[str, Decoder], names: tuple[str, ...]) -> bool:
     """Whether a field of `names` has a default: the typed event gives it where the raw event has none."""
     return any(name in children and children[name].schema.default is not None for name in names)
+
+
+def _null_payload(payloads: list[bytes]) -> bool:
+    """Whether a payload is null: never for pyarrow's JSON reader, which a line of only null crashes (a segfault)
+    when it is given a schema (participant/convert/values.py `ConnectValues`)."""
+    return any(payload.strip() == b"null" for payload in payloads)

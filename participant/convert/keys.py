@@ -46,6 +46,16 @@ class Keys:
             return ()
         return self.upsert.key_fields or self._kafka_key_fields or ()
 
+    def hold_kafka_key_fields(self, fields: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The key fields of a batch of Kafka keys that all have `fields` (each with a value), as `_whole_key` holds
+        them record by record: the fields every earlier key had, or these; None when they differ from the earlier
+        ones (`_whole_key` would refuse each key)."""
+        held = self._kafka_key_fields or fields
+        if set(fields) != set(held) or len(fields) != len(held):
+            return None
+        self._kafka_key_fields = held
+        return held
+
     def _typed_key(self, key: bytes | None) -> tuple[dict[str, Any], dict[str, Decoder]]:
         """The Kafka key's fields as typed values and their decoders: typed by the key's Connect schema when it has
         one (the wrapper is recognised whatever key.converter.schemas.enable says), else as plain JSON values."""
