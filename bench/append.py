@@ -119,6 +119,7 @@ class Bench(ModeRun):
             settings["value.converter.schemas.enable"] = "true"
         if self.args.envelope != "none":
             settings["value.envelope"] = self.args.envelope
+        settings.update(setting.split("=", 1) for setting in self.args.settings)
         if self.s3 is not None:
             settings.update(s3_settings(self.s3, S3_PREFIX))
         path = self.work / f"{name}.properties"

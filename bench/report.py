@@ -181,7 +181,8 @@ def append_report(bench) -> list[str]:
                  f"format {a.format}{', in Debezium envelopes' if a.envelope != 'none' else ''}), "
                  f"{a.partitions} partitions, transaction.interval.ms={a.txn_interval_ms}, flush.size={a.flush_size}, "
                  f"tasks.max={a.tasks}, "
-                 f"spark.master={a.spark_master}, storage={a.storage}",
+                 f"spark.master={a.spark_master}, storage={a.storage}"
+                 + "".join(f", {setting}" for setting in a.settings),
              f"  machine: {bench.machine}",
              f"  code: {code_state()}",
              f"  produce: {bench.produced['records'] / bench.produced['seconds']:,.0f} rec/s "

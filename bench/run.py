@@ -99,6 +99,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-size-records", type=scale.int_list, default="200000,50000,10000",
                    help="scale: the records of each size's backlog, one per --scale-sizes")
     p.add_argument("--phase-timeout", type=float, default=1800)
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="a lakesink setting of the append mode's runs over the bench's own (repeatable), e.g. "
+                        "--set compaction.enabled=false for a control run")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, tables)")
     p.add_argument("--json", help="also write every figure to this JSON file")
     # child phases
@@ -124,6 +127,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--envelope debezium is written in json, connect or avro, not {args.format}")
     if len(args.scale_sizes) != len(args.scale_size_records):
         p.error("--scale-size-records takes one count per --scale-sizes")
+    if any("=" not in setting for setting in args.settings):
+        p.error("--set takes KEY=VALUE")
+    if args.settings and args.mode != "append":
+        p.error("--set applies to --mode append")
     unknown = set(args.phase_list) - set(phases)
     if unknown:
         p.error(f"unknown phase(s) {', '.join(sorted(unknown))}; choose from {', '.join(phases)}")

@@ -4,6 +4,7 @@ the columns staged to say so (`_cdc_*`, the delete marker, the columns a row doe
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +45,14 @@ from participant.convert.scope import Scope
 from participant.convert.values import PlainJson, Read, TypedFit, reject_wrapped
 
 MISSING_ORDER_VALUE = "MissingOrderValue"
+
+
+Group = tuple[pa.Schema, list[int], list[dict[str, Any]]]
+"""Typed rows of one signature: their schema, record numbers and rows."""
+
+
+def _parts(groups: dict[tuple, Group]) -> list[tuple[list[int], pa.Table]]:
+    return [(index, _rows_table(rows, schema)) for schema, index, rows in groups.values()]
 
 
 def _rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -91,10 +100,12 @@ class Changes:
         if self.envelopes is not None:
             batch = self.envelopes.read(keys, values, value_array, rejected)
             if batch is not None:
-                parts, changes = batch
                 self._carried, self._old_keys = [None] * len(values), {}
-                data, kept = self._fit_parts(parts, rejected)
-                return Read(data, kept, None, changes)
+                groups = self._typed_groups(keys, values, rejected, batch.others, batch.changes)
+                if not batch.signatures & groups.keys():  # as record by record: one part per signature
+                    parts = sorted(batch.parts + _parts(groups), key=lambda part: part[0][0])
+                    data, kept = self._fit_parts(parts, rejected)
+                    return Read(data, kept, None, batch.changes)
         data, kept, changes = self._typed_changes(keys, values, rejected)
         return Read(data, kept, None, changes)
 
@@ -106,8 +117,16 @@ class Changes:
         changes: list[Change | None] = [None] * n
         self._carried = [None] * n  # a record with a Connect schema carries every field of it
         self._old_keys = {}
-        groups: dict[tuple, tuple[pa.Schema, list[int], list[dict[str, Any]]]] = {}
-        for i in range(n):
+        parts = _parts(self._typed_groups(keys, values, rejected, range(n), changes))
+        data, kept = self._fit_parts(parts, rejected)
+        return data, kept, changes
+
+    def _typed_groups(self, keys: list[bytes | None], values: list[bytes | None], rejected: dict[int, tuple[str, str]],
+                      numbers: Iterable[int], changes: list[Change | None]) -> dict[tuple, Group]:
+        """The typed rows of the records `numbers` grouped by the signature of their columns (each column's name
+        and decoder), in the order of each signature's first record; their changes into `changes`."""
+        groups: dict[tuple, Group] = {}
+        for i in numbers:
             problem = rejected.get(i)
             if problem is not None and not (self.upsert.takes_deletes and problem[0] == NULL_VALUE):
                 continue
@@ -126,9 +145,7 @@ class Changes:
                 group = groups[signature] = (schema, [], [])
             group[1].append(i)
             group[2].append(row)
-        parts = [(index, _rows_table(rows, schema)) for schema, index, rows in groups.values()]
-        data, kept = self._fit_parts(parts, rejected)
-        return data, kept, changes
+        return groups
 
     def _typed_change(
         self, key: bytes | None, value: bytes | None

@@ -1,24 +1,25 @@
 """Debezium change events with Kafka Connect schemas read a batch at a time (value.envelope=debezium,
-value.converter.schemas.enable=true): every envelope of one schema goes through pyarrow's JSON reader at once
-(connector/formats/connect.py `read_batch`), and each row is its `after` struct, where the per-record path
-(changes.py `_typed_changes`) parses each event, types its row and stages it one record at a time.
+value.converter.schemas.enable=true): the creates, updates and reads of one envelope schema go through pyarrow's JSON
+reader at once (connector/formats/connect.py `read_batch`), and each row is its `after` struct, where the per-record
+path (changes.py `_typed_changes`) parses each event, types its row and stages it one record at a time. The other
+records of the batch (deletes, truncates, tombstones, null payloads and bad events) take the per-record path beside
+them, and the parts of both are put in the order the per-record path gives them.
 
-The batch path gives exactly what the per-record path gives, or nothing: it takes a batch only when every record is
-one the per-record path would stage plainly, and leaves every other batch to it. Kept are batches where
+The batch path gives exactly what the per-record path gives, or nothing: for a batch it cannot prove plain, it reads
+none of the batch and the per-record path reads all of it. It reads the events whose op is written `"op":"c"`
+(`u`, `r`) and whose `after` is an object, of a batch where
 
-- every record splits into the JSON converter's wrapper with a payload that is not null, and no record waits as a
-  tombstone to delete its key;
-- every event's op is c, u or r and its `after` is an object (deletes, truncates and bad events take the per-record
-  path, which names them);
-- no record can hold Debezium's unavailable-value placeholder: its text, base64 and name-based UUID never occur in
-  the batch's bytes, nor does a `\\u` escape (which could spell them), and no top-level array has as many elements as
-  the placeholder has bytes (its form in integer arrays);
+- every record splits into the JSON converter's wrapper, those events' payloads are not null;
+- none of those events can hold Debezium's unavailable-value placeholder: its text, base64 and name-based UUID never
+  occur in their bytes, nor does a `\\u` escape of a printable ASCII character (which could spell them), and no
+  top-level array has as many elements as the placeholder has bytes (its form in integer arrays);
 - the fields the per-record path reads from the raw event and its `source` (the op, the times, the source position)
-  are in their schemas, or occur nowhere in the batch (the JSON reader drops fields its schema lacks);
+  are in their schemas without a default, or occur nowhere in those events (the JSON reader drops fields its schema
+  lacks, and gives the default of one the event lacks);
 - the row's fields take no name lakesink reserves; no `upsert.order.field` must be checked;
 - in a keyed mode the row holds its key as it is: its `record.key.fields` all present and not null, or, keyed by the
-  Kafka key, every key a struct of one Connect schema with the fields of the keys before it, none null, each equal
-  to the row's column of the same name and type (the per-record path writes the key's value over the row's; a
+  Kafka key, every key of the batch a struct of one Connect schema, and each of those events' key there, none null,
+  equal to the row's column of the same name and type (the per-record path writes the key's value over the row's; a
   floating-point key is left to it, where 0.0 and -0.0 are equal but not the same).
 
 The event's times and source position are then read from the typed `source` and event columns by the functions the
@@ -30,7 +31,7 @@ import base64
 import hashlib
 import re
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,9 +56,13 @@ _NEVER_IN_BATCH = (
     _PLACEHOLDER,  # the text, and within hstore's JSON text and map forms
     base64.b64encode(_PLACEHOLDER)[:36],  # bytea and bytea[] in JSON (its whole groups of four)
     str(uuid.UUID(bytes=hashlib.md5(_PLACEHOLDER).digest(), version=3)).encode(),  # uuid[]
-    b"\\u",  # an escape could spell any of them
 )
+_ASCII_ESCAPE = re.compile(rb"\\u00[2-7][0-9A-Fa-f]")
+"""An escaped printable ASCII character, which could spell any of them (the converter escapes only control
+characters and those beyond U+FFFF)."""
 _WRAPPED_HEAD = re.compile(WRAPPED_HEAD.encode())
+_PLAIN_OP = re.compile(rb'"op":"[cur]"')
+"""An op of c, u or r as the JSON converter writes it (an event written otherwise goes record by record)."""
 _CODES = len(_PLACEHOLDER)
 """Elements of the placeholder in integer and date arrays (one per byte)."""
 _SOURCE_READS = ("connector", "ts_ms", "lsn")
@@ -65,6 +70,17 @@ _SOURCE_READS = ("connector", "ts_ms", "lsn")
 _POSITION_READS = {"mysql": ("gtid", "file", "server_id", "pos", "row"),
                    "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"), "oracle": ("scn",)}
 """The further `source` fields it reads for the position of an event of these connectors (`source_position`)."""
+
+
+class Batch(NamedTuple):
+    parts: list[tuple[list[int], pa.Table]]
+    """(record numbers, rows) of the creates, updates and reads, one part per envelope schema."""
+    changes: list[Change | None]
+    """Each of their records' change (None for the others)."""
+    others: list[int]
+    """The records the per-record path stages (or refuses): deletes, truncates, tombstones, bad events."""
+    signatures: set[tuple]
+    """The signature of each part's columns as the per-record path groups rows (changes.py `_typed_groups`)."""
 
 
 class EnvelopeBatch:
@@ -79,43 +95,63 @@ class EnvelopeBatch:
         """Batches read here (for tests and the profile)."""
 
     def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
-             rejected: dict[int, tuple[str, str]]) -> tuple[list[tuple[list[int], pa.Table]], list[Change | None]] | None:
-        """The typed parts (record numbers, rows) of the batch and each record's change, or None."""
+             rejected: dict[int, tuple[str, str]]) -> Batch | None:
+        """The typed parts (record numbers, rows) of the batch's creates, updates and reads, each record's change, and
+        the records left to the per-record path (deletes, truncates, tombstones, bad events); None: all of them."""
         spec = self._upsert
         if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS:
             return None
-        if spec.takes_deletes and any(error == NULL_VALUE for error, _ in rejected.values()):
-            return None  # a tombstone: a delete of its key
+        tombstones = [i for i, (error, _) in rejected.items() if error == NULL_VALUE] if spec.takes_deletes else []
         index = [i for i in range(len(values)) if i not in rejected]
         if not index:
             return None
         split, problems = self._scope.decoders.split_many(values, index, value_array)
         if problems:
             return None
+        key_fields = None
+        if spec.keyed and not spec.key_fields:
+            key_fields = self._key_fields([keys[i] for i in sorted(index + tombstones)])
+            if key_fields is None:
+                return None
         changes: list[Change | None] = [None] * len(values)
-        parts, held = [], set()
+        parts, others, signatures = [], list(tombstones), set()
         for decoder, numbers, payloads in split:
+            # the events that may be creates, updates or reads: only they go through the reader (a delete's `before`
+            # may lack what the row's schema requires, which the per-record path does not ask of it)
+            maybe = [_PLAIN_OP.search(payload) is not None for payload in payloads]
+            others += [i for i, flag in zip(numbers, maybe) if not flag]
+            numbers = [i for i, flag in zip(numbers, maybe) if flag]
+            payloads = [payload for payload, flag in zip(payloads, maybe) if flag]
+            if not payloads:
+                continue
             if _null_payload(payloads):
                 return None
             joined = b"\n".join(payloads)
-            if any(text in joined for text in _NEVER_IN_BATCH) or joined.count(b"\n") != len(payloads) - 1:
+            if any(text in joined for text in _NEVER_IN_BATCH) or _ASCII_ESCAPE.search(joined) \
+                    or joined.count(b"\n") != len(payloads) - 1:
                 return None
             part = self._part(decoder, joined, len(payloads))
-            whole = part is not None and self._keys_whole(part[0], [keys[i] for i in numbers])
-            if not whole:
+            if part is None:
                 return None
-            if whole is not True:
-                held.add(whole)
-            rows, group_changes = part
-            parts.append((numbers, rows))
-            for i, change in zip(numbers, group_changes):
+            plain, rows, group_changes = part
+            taken = [i for i, flag in zip(numbers, plain) if flag]
+            others += [i for i, flag in zip(numbers, plain) if not flag]
+            if not taken:
+                continue
+            if not self._keys_whole(rows, [keys[i] for i in taken]):
+                return None
+            parts.append((taken, rows))
+            signatures.add(tuple((name, id(child)) for name, child in dict(decoder.children)["after"].children))
+            for i, change in zip(taken, group_changes):
                 changes[i] = change
-        if len(held) > 1 or held and self._keys.hold_kafka_key_fields(held.pop()) is None:
+        if not parts or key_fields is not None and self._keys.hold_kafka_key_fields(key_fields) is None:
             return None
         self.taken += 1
-        return parts, changes
+        return Batch(parts, changes, sorted(others), signatures)
 
-    def _part(self, decoder: Decoder, joined: bytes, count: int) -> tuple[pa.Table, list[Change]] | None:
+    def _part(self, decoder: Decoder, joined: bytes, count: int) -> tuple[list[bool], pa.Table, list[Change]] | None:
+        """Which events of one schema are creates, updates or reads with an `after` (the others are left to the
+        per-record path), their rows and their changes; None for a batch to leave whole."""
         children = dict(decoder.children)
         after, op = children.get("after"), children.get("op")
         if decoder.schema.type != "struct" or after is None or after.schema.type != "struct" or not after.children \
@@ -135,22 +171,31 @@ class EnvelopeBatch:
         table = decoder.read_batch(joined, count)
         if table is None:
             return None
-        ops = table.column("op")
-        if ops.null_count or not pc.all(pc.is_in(ops, pa.array(UPSERT_OPS))).as_py():
-            return None
-        rows_column = table.column("after").combine_chunks()
-        if rows_column.null_count:
-            return None
-        rows = pa.Table.from_struct_array(rows_column)
+        plain = pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
+                        table.column("after").is_valid())
+        table = table.filter(plain)
+        rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
         for column in rows.columns:
             if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
                 if pc.any(pc.equal(pc.list_value_length(column), _CODES)).as_py():
                     return None
         try:
-            changes = self._changes(table, ops, source, joined)
+            changes = self._changes(table, table.column("op"), source, joined)
         except Problem:
             return None
-        return None if changes is None else (rows, changes)
+        return None if changes is None else (plain.to_pylist(), rows, changes)
+
+    def _key_fields(self, keys: list[bytes | None]) -> tuple[str, ...] | None:
+        """The fields of a batch's Kafka keys, when every key there is is a struct of one Connect schema (as
+        `Keys._typed_key` reads it, and `Keys._whole_key` holds its fields); None otherwise. A record without a key
+        reads none (a truncate) or is refused by the per-record path; a row of the batch needs one (`_keys_whole`)."""
+        keys = [key for key in keys if key is not None]  # a truncate's: read by no record (a taken row's: refused)
+        if not keys or any(_WRAPPED_HEAD.match(key) is None for key in keys):
+            return None
+        split, problems = self._scope.decoders.split_many(keys, list(range(len(keys))))
+        if problems or len(split) != 1 or split[0][0].schema.type != "struct" or not split[0][0].children:
+            return None
+        return tuple(name for name, _ in split[0][0].children)
 
     @staticmethod
     def _source_read(source: Decoder, joined: bytes, names: tuple[str, ...] = _SOURCE_READS) -> bool:
@@ -160,15 +205,14 @@ class EnvelopeBatch:
         return not _defaulted(known, names) \
             and not any(name not in known and f'"{name}"'.encode() in joined for name in names)
 
-    def _keys_whole(self, rows: pa.Table, keys: list[bytes | None]) -> bool | tuple[str, ...]:
-        """Whether the rows hold their keys as the per-record path would leave them (see the module's docstring);
-        keyed by the Kafka key, the keys' fields instead of True, for `read` to hold as `Keys._whole_key` would."""
+    def _keys_whole(self, rows: pa.Table, keys: list[bytes | None]) -> bool:
+        """Whether the rows hold their keys as the per-record path would leave them (see the module's docstring)."""
         spec = self._upsert
         if not spec.keyed:
             return True
         if spec.key_fields:
             return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
-        if any(key is None or _WRAPPED_HEAD.match(key) is None for key in keys):
+        if any(key is None for key in keys):
             return False
         split, problems = self._scope.decoders.split_many(keys, list(range(len(keys))))
         if problems or len(split) != 1:
@@ -177,9 +221,7 @@ class EnvelopeBatch:
         if _null_payload(payloads):
             return False
         joined = b"\n".join(payloads)
-        if decoder.schema.type != "struct" or not decoder.children or joined.count(b"\n") != len(payloads) - 1:
-            return False
-        table = decoder.read_batch(joined, len(payloads))
+        table = decoder.read_batch(joined, len(payloads)) if joined.count(b"\n") == len(payloads) - 1 else None
         if table is None:
             return False
         for name, child in decoder.children:
@@ -189,7 +231,7 @@ class EnvelopeBatch:
             key, row = table.column(name), rows.column(name)
             if key.null_count or not pc.all(pc.equal(key, row).fill_null(False)).as_py():
                 return False
-        return tuple(name for name, _ in decoder.children)
+        return True
 
     def _changes(self, table: pa.Table, ops: pa.ChunkedArray, source: Decoder | None,
                  joined: bytes) -> list[Change] | None:
