@@ -162,6 +162,13 @@ def old_key(headers: list[tuple[str, bytes | None]] | None) -> dict[str, Any] | 
     return parsed
 
 
+SOURCE_FIELDS = ("connector", "ts_ms", "lsn")
+"""The `source` fields every event is read for (`event_row`: its connector, time and lsn)."""
+POSITION_FIELDS = {"mysql": ("ts_ms", "gtid", "file", "server_id", "pos", "row"),
+                   "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"), "oracle": ("scn",)}
+"""The further `source` fields `source_position` reads for an event of these connectors (postgresql: the lsn)."""
+
+
 def source_position(source: dict[str, Any]) -> str | None:
     """The event's position in its source database as a string that sorts in position order, by
     `source.connector` (docs/ARCHITECTURE.md, "The keyed-write rules"); None for a connector without one.

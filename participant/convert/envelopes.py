@@ -38,7 +38,15 @@ import pyarrow.compute as pc
 
 from connector.formats.connect import Decoder
 from connector.formats.connect_wrapper import WRAPPED_HEAD
-from connector.formats.debezium import UPSERT, UPSERT_OPS, Change, event_int, source_position
+from connector.formats.debezium import (
+    POSITION_FIELDS,
+    SOURCE_FIELDS,
+    UPSERT,
+    UPSERT_OPS,
+    Change,
+    event_int,
+    source_position,
+)
 from connector.formats.problems import NULL_VALUE, Problem
 from connector.upsert import (
     CDC_SOURCE_LSN,
@@ -65,11 +73,6 @@ _PLAIN_OP = re.compile(rb'"op":"[cur]"')
 """An op of c, u or r as the JSON converter writes it (an event written otherwise goes record by record)."""
 _CODES = len(_PLACEHOLDER)
 """Elements of the placeholder in integer and date arrays (one per byte)."""
-_SOURCE_READS = ("connector", "ts_ms", "lsn")
-"""The `source` fields connector/formats/debezium.py reads of every event: its connector, time and lsn."""
-_POSITION_READS = {"mysql": ("gtid", "file", "server_id", "pos", "row"),
-                   "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"), "oracle": ("scn",)}
-"""The further `source` fields it reads for the position of an event of these connectors (`source_position`)."""
 
 
 class Batch(NamedTuple):
@@ -81,6 +84,17 @@ class Batch(NamedTuple):
     """The records the per-record path stages (or refuses): deletes, truncates, tombstones, bad events."""
     signatures: set[tuple]
     """The signature of each part's columns as the per-record path groups rows (changes.py `_typed_groups`)."""
+
+
+class _KafkaKeys(NamedTuple):
+    decoder: Decoder
+    """The one Connect schema of a batch's Kafka keys."""
+    payloads: dict[int, bytes]
+    """Record number -> its key's payload."""
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.decoder.children)
 
 
 class EnvelopeBatch:
@@ -108,10 +122,10 @@ class EnvelopeBatch:
         split, problems = self._scope.decoders.split_many(values, index, value_array)
         if problems:
             return None
-        key_fields = None
+        kafka_keys = None
         if spec.keyed and not spec.key_fields:
-            key_fields = self._key_fields([keys[i] for i in sorted(index + tombstones)])
-            if key_fields is None:
+            kafka_keys = self._kafka_keys(keys, sorted(index + tombstones))
+            if kafka_keys is None:
                 return None
         changes: list[Change | None] = [None] * len(values)
         parts, others, signatures = [], list(tombstones), set()
@@ -124,11 +138,8 @@ class EnvelopeBatch:
             payloads = [payload for payload, flag in zip(payloads, maybe) if flag]
             if not payloads:
                 continue
-            if _null_payload(payloads):
-                return None
-            joined = b"\n".join(payloads)
-            if any(text in joined for text in _NEVER_IN_BATCH) or _ASCII_ESCAPE.search(joined) \
-                    or joined.count(b"\n") != len(payloads) - 1:
+            joined = _joined(payloads)
+            if joined is None or any(text in joined for text in _NEVER_IN_BATCH) or _ASCII_ESCAPE.search(joined):
                 return None
             part = self._part(decoder, joined, len(payloads))
             if part is None:
@@ -138,13 +149,13 @@ class EnvelopeBatch:
             others += [i for i, flag in zip(numbers, plain) if not flag]
             if not taken:
                 continue
-            if not self._keys_whole(rows, [keys[i] for i in taken]):
+            if not self._keys_whole(rows, taken, kafka_keys):
                 return None
             parts.append((taken, rows))
             signatures.add(tuple((name, id(child)) for name, child in dict(decoder.children)["after"].children))
             for i, change in zip(taken, group_changes):
                 changes[i] = change
-        if not parts or key_fields is not None and self._keys.hold_kafka_key_fields(key_fields) is None:
+        if not parts or kafka_keys is not None and self._keys.hold_kafka_key_fields(kafka_keys.fields) is None:
             return None
         self.taken += 1
         return Batch(parts, changes, sorted(others), signatures)
@@ -185,46 +196,42 @@ class EnvelopeBatch:
             return None
         return None if changes is None else (plain.to_pylist(), rows, changes)
 
-    def _key_fields(self, keys: list[bytes | None]) -> tuple[str, ...] | None:
-        """The fields of a batch's Kafka keys, when every key there is is a struct of one Connect schema (as
-        `Keys._typed_key` reads it, and `Keys._whole_key` holds its fields); None otherwise. A record without a key
-        reads none (a truncate) or is refused by the per-record path; a row of the batch needs one (`_keys_whole`)."""
-        keys = [key for key in keys if key is not None]  # a truncate's: read by no record (a taken row's: refused)
-        if not keys or any(_WRAPPED_HEAD.match(key) is None for key in keys):
-            return None
-        split, problems = self._scope.decoders.split_many(keys, list(range(len(keys))))
-        if problems or len(split) != 1 or split[0][0].schema.type != "struct" or not split[0][0].children:
-            return None
-        return tuple(name for name, _ in split[0][0].children)
-
     @staticmethod
-    def _source_read(source: Decoder, joined: bytes, names: tuple[str, ...] = _SOURCE_READS) -> bool:
+    def _source_read(source: Decoder, joined: bytes, names: tuple[str, ...] = SOURCE_FIELDS) -> bool:
         """Whether the typed `source` gives the fields of `names` as the raw event has them: each is in its schema,
         without a default, or occurs nowhere in the batch."""
         known = dict(source.children)
         return not _defaulted(known, names) \
             and not any(name not in known and f'"{name}"'.encode() in joined for name in names)
 
-    def _keys_whole(self, rows: pa.Table, keys: list[bytes | None]) -> bool:
-        """Whether the rows hold their keys as the per-record path would leave them (see the module's docstring)."""
+    def _kafka_keys(self, keys: list[bytes | None], numbers: list[int]) -> _KafkaKeys | None:
+        """The Kafka keys of the records `numbers`, when every key there is is a struct of one Connect schema (as
+        `Keys._typed_key` reads it, and `Keys._whole_key` holds its fields); None otherwise. A record without a key
+        reads none (a truncate) or is refused by the per-record path; a row of the batch needs one (`_keys_whole`)."""
+        keyed = [i for i in numbers if keys[i] is not None]
+        if not keyed or any(_WRAPPED_HEAD.match(keys[i]) is None for i in keyed):
+            return None
+        split, problems = self._scope.decoders.split_many(keys, keyed)
+        if problems or len(split) != 1 or split[0][0].schema.type != "struct" or not split[0][0].children:
+            return None
+        decoder, split_numbers, payloads = split[0]
+        return _KafkaKeys(decoder, dict(zip(split_numbers, payloads)))
+
+    def _keys_whole(self, rows: pa.Table, numbers: list[int], kafka_keys: _KafkaKeys | None) -> bool:
+        """Whether the rows of the records `numbers` hold their keys as the per-record path would leave them (see
+        the module's docstring)."""
         spec = self._upsert
         if not spec.keyed:
             return True
         if spec.key_fields:
             return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
-        if any(key is None for key in keys):
+        if kafka_keys is None or any(i not in kafka_keys.payloads for i in numbers):
             return False
-        split, problems = self._scope.decoders.split_many(keys, list(range(len(keys))))
-        if problems or len(split) != 1:
-            return False
-        decoder, _, payloads = split[0]
-        if _null_payload(payloads):
-            return False
-        joined = b"\n".join(payloads)
-        table = decoder.read_batch(joined, len(payloads)) if joined.count(b"\n") == len(payloads) - 1 else None
+        joined = _joined([kafka_keys.payloads[i] for i in numbers])
+        table = None if joined is None else kafka_keys.decoder.read_batch(joined, len(numbers))
         if table is None:
             return False
-        for name, child in decoder.children:
+        for name, child in kafka_keys.decoder.children:
             if name not in rows.column_names or rows.schema.field(name).type != child.arrow_type \
                     or pa.types.is_floating(child.arrow_type):
                 return False
@@ -248,9 +255,9 @@ class EnvelopeBatch:
         if source is not None:
             struct = table.column("source").combine_chunks()
             known = [name for name, _ in source.children]
-            columns = {name: pc.struct_field(struct, [known.index(name)]) for name in _SOURCE_READS if name in known}
+            columns = {name: pc.struct_field(struct, [known.index(name)]) for name in SOURCE_FIELDS if name in known}
         connectors = set(columns["connector"].to_pylist()) if "connector" in columns else {None}
-        further = [name for connector in connectors for name in _POSITION_READS.get(connector, ())]
+        further = [name for connector in connectors for name in POSITION_FIELDS.get(connector, ())]
         if further:
             if source is None or not self._source_read(source, joined, tuple(further)):
                 return None
@@ -285,7 +292,11 @@ def _defaulted(children: dict[str, Decoder], names: tuple[str, ...]) -> bool:
     return any(name in children and children[name].schema.default is not None for name in names)
 
 
-def _null_payload(payloads: list[bytes]) -> bool:
-    """Whether a payload is null: never for pyarrow's JSON reader, which a line of only null crashes (a segfault)
-    when it is given a schema (participant/convert/values.py `ConnectValues`)."""
-    return any(payload.strip() == b"null" for payload in payloads)
+def _joined(payloads: list[bytes]) -> bytes | None:
+    """The payloads as the lines pyarrow's JSON reader reads, or None: a payload that is null (never for the reader,
+    which a line of only null crashes, a segfault, when it is given a schema: participant/convert/values.py
+    `ConnectValues`), or one holding a line break."""
+    if any(payload.strip() == b"null" for payload in payloads):
+        return None
+    joined = b"\n".join(payloads)
+    return joined if joined.count(b"\n") == len(payloads) - 1 else None
