@@ -9,7 +9,8 @@ each record was read from exactly its own bytes, computed column by column:
 
 - Every value has a least size in Avro's encoding: a varint the bytes of its zigzag value (7 bits a byte), a string
   or bytes the varint of its length and the length, a float 4, a double 8, a boolean 1, a fixed its size, a union
-  the branch index (1) and the branch's value. A reader consumes at least that much for what it read, and polars
+  the branch index (1) and the branch's value, a record its fields' sizes, an array of n > 0 items one block (the
+  varint of n, the items) and the empty block (1), an empty array the empty block alone. A reader consumes at least that much for what it read, and polars
   never reads past the block. So when the least size of each record's values equals the length of its payload,
   for every record, each record was read from exactly its payload's bytes and each value from its own bytes.
 - With every value's place known, the union branch indexes and the boolean bytes are checked in the payloads
@@ -19,11 +20,14 @@ each record was read from exactly its own bytes, computed column by column:
 
 A batch without such a proof, or that polars refuses (its errors, its panics), is None: the caller reads it record
 by record, which names each bad record. A varint written in more bytes than it needs (valid Avro, which no Avro
-library writes) always takes that path.
+library writes) always takes that path, and so does an array a writer splits into several blocks or gives a block's
+size (valid Avro, which fastavro and Avro's Java library do not write).
 
-Only flat records take this path: fields of primitives, enums, fixed, `decimal` on bytes, dates, times,
-timestamps, string uuids, and unions of one of them with null; nothing that a `connect.name` or `connect.type` makes
-a Kafka Connect type (connector/formats/avro.py `is_connect_typed`). The table is the one the per-record path builds
+The records that take this path hold primitives, enums, fixed, `decimal` on bytes, dates, times, timestamps,
+string uuids, records of them, arrays of them, and unions of one of them with null, at any depth; no maps, no union
+of two types, nothing that a `connect.name` or `connect.type` makes a Kafka Connect type (connector/formats/avro.py
+`is_connect_typed`). A named type used again is read again where it is used (the container's schema spells each
+use out, under a name of its own). The table is the one the per-record path builds
 (`decoder.rows` of each record's `to_value`), value for value and type for type.
 """
 from __future__ import annotations
@@ -32,7 +36,6 @@ import datetime as dt
 import io
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -66,39 +69,21 @@ Kind = tuple[Any, pa.DataType, Convert]
 """How a field is read: (the Avro type polars reads it as, its Arrow type, the conversion)."""
 
 
-@dataclass(frozen=True)
-class _Column:
-    physical: Any
-    """The Avro type polars reads the field as: one with the same encoding, whose raw value the proof needs (an
-    `int`, an enum or a timestamp as the `long` it is written as; a decimal as its bytes)."""
-    arrow_type: pa.DataType
-    convert: Convert
-    null_index: int | None = None
-    """The branch index of null in a union with null; None for a field that is not such a union."""
-
-    @property
-    def kind(self) -> str:
-        return self.physical if isinstance(self.physical, str) else self.physical["type"]
-
-
 def batch_reader(writer: WriterSchema) -> BatchReader | None:
     """The `read_many` of an Avro WriterSchema (compile_avro's), or None for a schema this module does not read."""
     read, decoder = writer.read, writer.decoder
     if not isinstance(read, PayloadReader):
         return None
     schema = read.schema
-    if not isinstance(schema, dict) or schema.get("type") != "record" or is_connect_typed(schema):
+    if not isinstance(schema, dict) or schema.get("type") != "record":
         return None
-    fields = schema["fields"]
-    if not fields or len(fields) != len(decoder.children):
+    try:
+        root = _node(schema, schema.get("__named_schemas", {}), ())
+    except _Refused:
         return None
-    columns = []
-    for i, (field, (name, child)) in enumerate(zip(fields, decoder.children)):
-        column = _column(field["type"], i)
-        if column is None or name != field["name"] or column.arrow_type != child.arrow_type:
-            return None
-        columns.append(column)
-    return BatchReader(columns, decoder.row_schema())
+    if not isinstance(root, _Record) or root.arrow_type != decoder.arrow_type:
+        return None  # e.g. Connect's maps written as arrays of MapEntry records, which the decoder reads as maps
+    return BatchReader(root, decoder.row_schema())
 
 
 AVRO = RegistryFormat("avro", "AVRO", compile_avro, takes_row=True, batch=batch_reader)
@@ -106,37 +91,15 @@ AVRO = RegistryFormat("avro", "AVRO", compile_avro, takes_row=True, batch=batch_
 module's batch path for the writer schemas it reads (here, since this module builds on avro.py)."""
 
 
-def _column(node: Any, i: int) -> _Column | None:
-    null_index = None
-    if isinstance(node, list):
-        if len(node) != 2 or node.count("null") != 1:
-            return None
-        null_index = node.index("null")
-        node = node[1 - null_index]
-    if isinstance(node, str):
-        node = {"type": node}
-    if not isinstance(node, dict) or is_connect_typed(node):
-        return None
-    make = _KINDS.get((node.get("type"), node.get("logicalType")))
-    if make is None:
-        return None
-    physical, arrow_type, convert = make(node, i)
-    return _Column(physical, arrow_type, convert, null_index)
-
-
 class BatchReader:
-    """Reads the payloads of one flat record schema as a table, or None (see the module's docstring)."""
+    """Reads the payloads of one record schema as a table, or None (see the module's docstring)."""
 
-    def __init__(self, columns: list[_Column], row_schema: pa.Schema):
-        self._columns = columns
+    def __init__(self, root: _Record, row_schema: pa.Schema):
+        self._root = root
         self._schema = row_schema
-        physical = {"type": "record", "name": "batch",
-                    "fields": [{"name": f"c{i}", "type": _union(c)} for i, c in enumerate(columns)]}
-        meta = {"avro.schema": json.dumps(physical).encode(), "avro.codec": b"null"}
+        meta = {"avro.schema": json.dumps(root.layout([])).encode(), "avro.codec": b"null"}
         self._header = b"Obj\x01" + _varint(len(meta)) + b"".join(
             _varint(len(k)) + k.encode() + _varint(len(v)) + v for k, v in meta.items()) + _varint(0) + _SYNC
-        self._placed = any(c.null_index is not None or c.kind == "boolean" for c in columns)
-        """Whether some bytes are checked in place (union branch indexes, booleans)."""
 
     def __call__(self, payloads: list[bytes]) -> pa.Table | None:
         import polars as pl
@@ -151,56 +114,245 @@ class BatchReader:
             table = pl.read_avro(io.BytesIO(data)).to_arrow()
         except (PolarsError, PanicException, OSError):  # OSError: polars reading past the block
             return None
-        if table.num_rows != len(payloads) or table.num_columns != len(self._columns):
+        if table.num_rows != len(payloads) or table.num_columns != len(self._root.children):
             return None
         try:
             return self._checked(table, data, len(head), pa.array(lengths, pa.int64()))
-        except pa.ArrowException:  # a value out of its type's range, invalid UTF-8 in a cast
+        except (_Refused, pa.ArrowException):  # a value out of its type's range, invalid UTF-8 in a cast
             return None
 
     def _checked(self, table: pa.Table, data: bytes, offset: int, lengths: pa.Array) -> pa.Table | None:
-        """The table of what polars read when the proof holds (`offset`: where the first payload starts in `data`)."""
+        """The table of what polars read when the proof holds (`offset`: where the first payload starts in `data`);
+        raises _Refused."""
+        root = self._root
         arrays = [column.chunk(0) if column.num_chunks == 1 else column.combine_chunks() for column in table.columns]
         ends = pc.add(pc.cumulative_sum(lengths), offset)
-        at = pc.subtract(ends, lengths)
-        starts = []
-        for column, array in zip(self._columns, arrays):
-            if column.null_index is None and array.null_count:
-                return None
-            starts.append(at)
-            at = pc.add(at, _least_size(column, array))
-        if not pc.all(pc.equal(at, ends)).as_py():
+        starts = pc.subtract(ends, lengths)
+        raw = pa.Array.from_buffers(pa.uint8(), len(data), [None, pa.py_buffer(data)]) if root.placed else None
+        size = _fields_size(root.children, arrays, None, starts, raw)
+        if not pc.all(pc.equal(pc.add(starts, size), ends)).as_py():
             return None
-        if self._placed and not self._in_place(arrays, starts, data):
-            return None
-        converted = []
-        for column, array in zip(self._columns, arrays):
-            result = column.convert(array)
-            if result is None:
-                return None
-            converted.append(result)
-        return pa.Table.from_arrays(converted, schema=self._schema)
-
-    def _in_place(self, arrays: list[pa.Array], starts: list[pa.Array], data: bytes) -> bool:
-        """Whether each union's branch index is the one its value says (0 or 1: polars reads any other as one of
-        them) and each boolean byte is 0 or 1 (polars reads any other as false, fastavro as true)."""
-        raw = pa.Array.from_buffers(pa.uint8(), len(data), [None, pa.py_buffer(data)])
-        for column, array, start in zip(self._columns, arrays, starts):
-            present = array.is_valid()
-            if column.null_index is not None:
-                null, value = 2 * column.null_index, 2 - 2 * column.null_index  # the zigzag varints of 0 and 1
-                if not pc.all(pc.equal(raw.take(start), pc.if_else(present, value, null))).as_py():
-                    return False
-                start = pc.if_else(present, pc.add(start, 1), start)  # a null's place: its index, in the payload
-            if column.kind == "boolean" and pc.any(pc.and_(present, pc.greater(raw.take(start), 1))).as_py():
-                return False
-        return True
+        return pa.Table.from_arrays([child.convert(array) for child, array in zip(root.children, arrays)],
+                                    schema=self._schema)
 
 
-def _union(column: _Column) -> Any:
-    if column.null_index is None:
-        return column.physical
-    return ["null", column.physical] if column.null_index == 0 else [column.physical, "null"]
+def _node(node: Any, types: dict[str, Any], records: tuple[str, ...]) -> _Node:
+    """How a (parsed) schema node is read; raises _Refused for one this module does not read. `types`: the
+    schema's named types by full name; `records`: the records it is within (one met again is recursive)."""
+    if isinstance(node, str) and node in types:
+        node = types[node]
+    if isinstance(node, list):
+        if len(node) != 2 or node.count("null") != 1:
+            raise _Refused
+        null_index = node.index("null")
+        return _Nullable(_node(node[1 - null_index], types, records), null_index)
+    if isinstance(node, str):
+        node = {"type": node}
+    if not isinstance(node, dict) or is_connect_typed(node):
+        raise _Refused
+    kind = node.get("type")
+    if isinstance(kind, (dict, list)) or isinstance(kind, str) and kind in types:
+        return _node(kind, types, records)  # {"type": {...}} or {"type": "a.Named"}
+    if kind == "record":
+        fields, name = node.get("fields"), node.get("name")
+        if not fields or name in records:
+            raise _Refused
+        return _Record([field["name"] for field in fields],
+                       [_node(field["type"], types, (*records, name)) for field in fields])
+    if kind == "array":
+        return _Array(_node(node.get("items"), types, records))
+    make = _KINDS.get((kind, node.get("logicalType")))
+    if make is None:
+        raise _Refused
+    return _Leaf(*make(node))
+
+
+class _Refused(Exception):
+    """A value the proof or a conversion refuses: the batch goes record by record."""
+
+
+class _Node:
+    """How the values of one schema node are read, measured and converted (see the module's docstring)."""
+
+    arrow_type: pa.DataType
+    placed: bool
+    """Whether some bytes of its values are checked in place (union branch indexes, booleans)."""
+
+    def layout(self, names: list[str]) -> Any:
+        """The node in the container's schema (`names`: the named types given so far, for a fresh one)."""
+        raise NotImplementedError
+
+    def measure(self, array: pa.Array, valid: pa.Array | None, start: pa.Array | None, raw: pa.Array | None
+                ) -> pa.Array | int:
+        """Each value's least size; `valid`: where a value is written (None: everywhere; elsewhere its parent is
+        null); with `start` and `raw` (the container's bytes), checks the bytes of `placed` in place. Raises
+        _Refused."""
+        raise NotImplementedError
+
+    def convert(self, array: pa.Array) -> pa.Array:
+        """The values as the per-record path builds them; raises _Refused."""
+        raise NotImplementedError
+
+
+def _required(array: pa.Array, valid: pa.Array | None) -> None:
+    """A value that is not a union with null is never null where it is written."""
+    if array.null_count and (valid is None or pc.any(pc.and_(array.is_null(), valid)).as_py()):
+        raise _Refused
+
+
+def _written(valid: pa.Array | None, start: pa.Array) -> pa.Array:
+    """`start` where a value is written, 0 elsewhere (a place under a null parent may lie beyond the bytes)."""
+    return start if valid is None else pc.if_else(valid, start, 0)
+
+
+class _Leaf(_Node):
+    def __init__(self, physical: Any, arrow_type: pa.DataType, convert: Convert):
+        self.physical = physical
+        """The Avro type polars reads the field as: one with the same encoding, whose raw value the proof needs (an
+        `int`, an enum or a timestamp as the `long` it is written as; a decimal as its bytes)."""
+        self.arrow_type = arrow_type
+        self._convert = convert
+        self.kind = physical if isinstance(physical, str) else physical["type"]
+        self.placed = self.kind == "boolean"
+
+    def layout(self, names: list[str]) -> Any:
+        if self.kind != "fixed":
+            return self.physical
+        names.append(f"n{len(names)}")
+        return {**self.physical, "name": names[-1]}
+
+    def measure(self, array, valid, start, raw):
+        _required(array, valid)
+        if raw is not None and self.kind == "boolean":
+            present = array.is_valid() if valid is None else valid
+            if pc.any(pc.and_(present, pc.greater(raw.take(_written(valid, start)), 1))).as_py():
+                raise _Refused  # polars reads any other byte as false, fastavro as true
+        kind = self.kind
+        if kind == "long":
+            values = array.fill_null(0)
+            return _varint_bytes(pc.max_element_wise(values, pc.bit_wise_not(values)))
+        if kind in ("string", "bytes"):
+            lengths = pc.binary_length(array).fill_null(0)
+            return pc.add(_varint_bytes(lengths), lengths)
+        if kind == "fixed":
+            return self.physical["size"]
+        return _FIXED_SIZES[kind]
+
+    def convert(self, array):
+        result = self._convert(array)
+        if result is None:
+            raise _Refused
+        return result
+
+
+class _Nullable(_Node):
+    """A union of a node with null."""
+
+    def __init__(self, inner: _Node, null_index: int):
+        self.inner, self.null_index = inner, null_index
+        self.arrow_type = inner.arrow_type
+        self.placed = True
+
+    def layout(self, names):
+        inner = self.inner.layout(names)
+        return ["null", inner] if self.null_index == 0 else [inner, "null"]
+
+    def measure(self, array, valid, start, raw):
+        present = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+        if raw is not None:
+            # the branch index is the one the value says (polars reads any index other than 0 as the value)
+            null, value = 2 * self.null_index, 2 - 2 * self.null_index  # the zigzag varints of 0 and 1
+            index = raw.take(_written(valid, start))
+            expected = pc.if_else(present, value, null)
+            if not pc.all(pc.equal(index, expected) if valid is None else pc.or_(pc.equal(index, expected),
+                                                                                  pc.invert(valid))).as_py():
+                raise _Refused
+            start = pc.add(start, 1)
+        size = self.inner.measure(array, present, start, raw)
+        size = size + 1 if isinstance(size, int) else pc.add(size, 1)
+        return size if not array.null_count else pc.if_else(present, size, 1)
+
+    def convert(self, array):
+        return self.inner.convert(array)
+
+
+class _Record(_Node):
+    def __init__(self, names: list[str], children: list[_Node]):
+        self.names, self.children = names, children
+        self.arrow_type = pa.struct([pa.field(name, child.arrow_type) for name, child in zip(names, children)])
+        self.placed = any(child.placed for child in children)
+
+    def layout(self, names):
+        fields = [{"name": f"c{i}", "type": child.layout(names)} for i, child in enumerate(self.children)]
+        names.append(f"n{len(names)}")
+        return {"type": "record", "name": names[-1], "fields": fields}
+
+    def measure(self, array, valid, start, raw):
+        if valid is None and array.null_count:
+            valid = array.is_valid()  # the record's own nulls: only under a union with null (`_Nullable`)
+        return _fields_size(self.children, [array.field(i) for i in range(len(self.children))], valid, start, raw)
+
+    def convert(self, array):
+        children = [child.convert(array.field(i)) for i, child in enumerate(self.children)]
+        mask = array.is_null() if array.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(self.arrow_type), mask=mask)
+
+
+class _Array(_Node):
+    def __init__(self, item: _Node):
+        self.item = item
+        self.arrow_type = pa.list_(pa.field("element", item.arrow_type))
+        self.placed = item.placed
+
+    def layout(self, names):
+        return {"type": "array", "items": self.item.layout(names)}
+
+    def measure(self, array, valid, start, raw):
+        """A block of the count and the items, then an empty block; an empty array is the empty block alone. A writer
+        that splits the items into blocks, or writes a block's size, writes more bytes than that."""
+        _required(array, valid)
+        lengths = pc.list_value_length(array).fill_null(0).cast(pa.int64())
+        items = pc.list_flatten(array)  # the items of the lists that are not null, in order
+        parents = pc.list_parent_indices(array)
+        item_valid = None if valid is None else valid.take(parents)
+        counted = _varint_bytes(lengths)
+        sizes = _full(len(items), self.item.measure(items, item_valid, None, None))
+        sums = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(sizes)])
+        """The items' sizes summed over the items before each (and all of them, last)."""
+        list_ends = pc.cumulative_sum(lengths)
+        first = sums.take(pc.subtract(list_ends, lengths))  # the sum before each list's first item
+        totals = pc.subtract(sums.take(list_ends), first)
+        if raw is not None and len(items):
+            # an item starts after its list's count and the items before it in its list
+            within = pc.subtract(sums.slice(0, len(items)), first.take(parents))
+            self.item.measure(items, item_valid, pc.add(pc.add(start, counted).take(parents), within), raw)
+        return pc.if_else(pc.greater(lengths, 0), pc.add(pc.add(counted, totals), 1), 1)
+
+    def convert(self, array):
+        items = self.item.convert(pc.list_flatten(array))
+        lengths = pc.list_value_length(array).fill_null(0).cast(pa.int32())
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths)])
+        mask = array.is_null() if array.null_count else None
+        return pa.ListArray.from_arrays(offsets, items, type=self.arrow_type, mask=mask)
+
+
+def _fields_size(children: list[_Node], arrays: list[pa.Array], valid: pa.Array | None, start: pa.Array | None,
+                 raw: pa.Array | None) -> pa.Array | int:
+    """The least size of a record's fields, one after the other."""
+    total: pa.Array | int = 0
+    for child, array in zip(children, arrays):
+        size = child.measure(array, valid, start, raw if child.placed else None)
+        total = pc.add(total, size) if not isinstance(total, int) or not isinstance(size, int) else total + size
+        if raw is not None:
+            start = pc.add(start, size)
+    return total
+
+
+def _full(length: int, size: pa.Array | int) -> pa.Array:
+    """`size` as an int64 array of `length` values."""
+    if isinstance(size, int):
+        return pa.nulls(length, pa.int64()).fill_null(size)
+    return size.cast(pa.int64())
 
 
 def _varint(n: int) -> bytes:
@@ -225,26 +377,6 @@ def _varint_bytes(magnitude: pa.Array) -> pa.Array | int:
     return size
 
 
-def _least_size(column: _Column, array: pa.Array) -> pa.Array | int:
-    """Each value's least size in Avro's encoding (see the module's docstring)."""
-    kind = column.kind
-    if kind == "long":
-        values = array.fill_null(0)
-        size = _varint_bytes(pc.max_element_wise(values, pc.bit_wise_not(values)))
-    elif kind in ("string", "bytes"):
-        lengths = pc.binary_length(array).fill_null(0)
-        size = pc.add(_varint_bytes(lengths), lengths)
-    elif kind == "fixed":
-        size = column.physical["size"]
-    else:
-        size = _FIXED_SIZES[kind]
-    if column.null_index is None:
-        return size
-    if not array.null_count:
-        return pc.add(size, 1)
-    return pc.if_else(array.is_valid(), pc.add(size, 1), 1)
-
-
 def _within(array: pa.Array, low: int, high: int) -> bool:
     bounds = pc.min_max(array)
     least, most = bounds["min"].as_py(), bounds["max"].as_py()
@@ -264,8 +396,8 @@ def _cast_to(arrow_type: pa.DataType) -> Convert:
     return lambda array: array.cast(arrow_type)
 
 
-def _plain(physical: str, arrow_type: pa.DataType, convert: Convert = _same) -> Callable[[dict[str, Any], int], Kind]:
-    return lambda node, i: (physical, arrow_type, convert)
+def _plain(physical: str, arrow_type: pa.DataType, convert: Convert = _same) -> Callable[[dict[str, Any]], Kind]:
+    return lambda node: (physical, arrow_type, convert)
 
 
 def _float32(array: pa.Array) -> pa.Array:
@@ -283,7 +415,7 @@ def _uuid(array: pa.Array) -> pa.Array | None:
     return array.cast(pa.string())
 
 
-def _enum(node: dict[str, Any], i: int) -> Kind:
+def _enum(node: dict[str, Any]) -> Kind:
     symbols = pa.array(node["symbols"], pa.string())
 
     def convert(array: pa.Array) -> pa.Array | None:
@@ -292,11 +424,11 @@ def _enum(node: dict[str, Any], i: int) -> Kind:
     return "long", pa.string(), convert
 
 
-def _fixed(node: dict[str, Any], i: int) -> Kind:
-    return {"type": "fixed", "name": f"f{i}", "size": node["size"]}, pa.binary(), _cast_to(pa.binary())
+def _fixed(node: dict[str, Any]) -> Kind:
+    return {"type": "fixed", "name": "", "size": node["size"]}, pa.binary(), _cast_to(pa.binary())
 
 
-def _decimal(node: dict[str, Any], i: int) -> Kind:
+def _decimal(node: dict[str, Any]) -> Kind:
     arrow_type = decimal_type(node)  # a precision above 38 capped: validate refuses a value beyond it
     sign = pa.scalar(b"\x80", pa.large_binary())
     ones, zeros, nothing = (pa.scalar(b, pa.large_binary()) for b in (b"\xff", b"\x00", b""))
@@ -353,7 +485,7 @@ def _nanos(arrow_type: pa.DataType) -> Convert:
     return convert
 
 
-_KINDS: dict[tuple[str, str | None], Callable[[dict[str, Any], int], Kind]] = {
+_KINDS: dict[tuple[str, str | None], Callable[[dict[str, Any]], Kind]] = {
     ("boolean", None): _plain("boolean", pa.bool_()),
     ("int", None): _plain("long", pa.int32(), _cast_to(pa.int32())),
     ("long", None): _plain("long", pa.int64()),
@@ -375,4 +507,4 @@ _KINDS: dict[tuple[str, str | None], Callable[[dict[str, Any], int], Kind]] = {
     ("long", "local-timestamp-nanos"): _plain("long", TIMESTAMP_NTZ, _nanos(TIMESTAMP_NTZ)),
     ("string", "uuid"): _plain("string", pa.string(), _uuid),
 }
-"""(Avro type, logical type) of a field -> (its node, its index) -> how it is read."""
+"""(Avro type, logical type) of a node -> (the node) -> how it is read."""
