@@ -99,12 +99,12 @@ def event_row(event: Any, spec: UpsertSpec) -> tuple[dict[str, Any], Change]:
 
 _PLACEHOLDER_BYTES = UNAVAILABLE_VALUE.encode()
 _PLACEHOLDER_BASE64 = base64.b64encode(_PLACEHOLDER_BYTES).decode()
-_PLACEHOLDER_TEXTS = frozenset((
+PLACEHOLDER_TEXTS = frozenset((
     UNAVAILABLE_VALUE,  # text, varchar, json, jsonb, xml; bytea under binary.handling.mode=hex
     _PLACEHOLDER_BASE64,  # bytea in JSON (Connect's JsonConverter writes bytes as base64)
     json.dumps({UNAVAILABLE_VALUE: UNAVAILABLE_VALUE}, separators=(",", ":")),  # hstore, hstore.handling.mode=json
 ))
-_PLACEHOLDER_ELEMENTS = frozenset((
+PLACEHOLDER_ELEMENTS = frozenset((
     UNAVAILABLE_VALUE,  # text[], varchar[], char[], json[], jsonb[]
     _PLACEHOLDER_BASE64,  # bytea[] in JSON
     _PLACEHOLDER_BYTES,  # bytea[] in Avro
@@ -122,13 +122,13 @@ def unavailable(value: Any) -> bool:
     as JSON text."""
     kind = type(value)
     if kind is str:
-        return value in _PLACEHOLDER_TEXTS
+        return value in PLACEHOLDER_TEXTS
     if kind is bytes or kind is bytearray:
         return value == _PLACEHOLDER_BYTES
     if kind is list:
         if len(value) == 1:
             element = value[0]
-            return type(element) in (str, bytes) and element in _PLACEHOLDER_ELEMENTS
+            return type(element) in (str, bytes) and element in PLACEHOLDER_ELEMENTS
         return len(value) == len(_PLACEHOLDER_CODES) and all(type(v) is int for v in value) \
             and value == _PLACEHOLDER_CODES
     if kind is dict:

@@ -81,9 +81,9 @@ class Changes:
         self._old_keys: dict[int, dict[str, Any]] = {}
         """Record of the batch in conversion -> the key its Debezium create replaces (`OLD_KEY`), where the create
         carries an unavailable value."""
-        self.envelopes = EnvelopeBatch(scope, upsert, keys) \
-            if upsert.envelope == "debezium" and scope.value_registry is None else None
-        """The batch path of Debezium events with Connect schemas (envelopes.py); None for other values."""
+        self.envelopes = EnvelopeBatch(scope, upsert, keys) if upsert.envelope == "debezium" else None
+        """The batch path of Debezium events with Connect schemas or in a registry's format (envelopes.py); None for
+        other values."""
 
     def read_json(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
                   rejected: dict[int, tuple[str, str]]) -> Read:
@@ -96,9 +96,10 @@ class Changes:
     def read_typed(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
                    rejected: dict[int, tuple[str, str]]) -> Read:
         """Typed changes: each record's row typed by its schema (Kafka Connect's, or its writer schema); Debezium
-        events with Connect schemas a batch at a time where envelopes.py takes the batch."""
+        events a batch at a time where envelopes.py takes the batch."""
         if self.envelopes is not None:
-            batch = self.envelopes.read(keys, values, value_array, rejected)
+            batch = self.envelopes.read(keys, values, value_array, rejected) if self._scope.value_registry is None \
+                else self.envelopes.read_registry(values, rejected)
             if batch is not None:
                 self._carried, self._old_keys = [None] * len(values), {}
                 groups = self._typed_groups(keys, values, rejected, batch.others, batch.changes)

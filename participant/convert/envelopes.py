@@ -24,6 +24,14 @@ none of the batch and the per-record path reads all of it. It reads the events w
 
 The event's times and source position are then read from the typed `source` and event columns by the functions the
 per-record path uses (connector/formats/debezium.py); a value they refuse sends the batch to the per-record path.
+
+Events in a registry's format (`read_registry`) take the same path where their writer schema has a batch reader
+(Avro's, connector/formats/avro_batch.py, which proves its table equal to the per-record path's): the reader gives
+every event's fields as written (a writer writes each field, so no default or absent field stands in), and of the
+checks above what is left is the placeholder, in the forms a typed value carries it (a text or bytes value, an array
+of one such element or of the placeholder's codes, a struct that could be its map form: `_holds_placeholders`), the
+reserved names, the order field, and the keys: `record.key.fields` only (keys from the Kafka key: the per-record
+path).
 """
 from __future__ import annotations
 
@@ -31,6 +39,7 @@ import base64
 import hashlib
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -39,6 +48,8 @@ import pyarrow.compute as pc
 from connector.formats.connect import Decoder
 from connector.formats.connect_wrapper import WRAPPED_HEAD
 from connector.formats.debezium import (
+    PLACEHOLDER_ELEMENTS,
+    PLACEHOLDER_TEXTS,
     POSITION_FIELDS,
     SOURCE_FIELDS,
     UPSERT,
@@ -71,6 +82,10 @@ characters and those beyond U+FFFF)."""
 _WRAPPED_HEAD = re.compile(WRAPPED_HEAD.encode())
 _PLAIN_OP = re.compile(rb'"op":"[cur]"')
 """An op of c, u or r as the JSON converter writes it (an event written otherwise goes record by record)."""
+_PLACEHOLDER_VALUES = pa.array(sorted(text.encode() if type(text) is str else text
+                                      for text in {*PLACEHOLDER_TEXTS, *PLACEHOLDER_ELEMENTS}), pa.binary())
+"""Every text and bytes `unavailable` takes for the placeholder, in a value or as an array's one element (as bytes:
+cast to a column's type, a text reads as its UTF-8)."""
 _CODES = len(_PLACEHOLDER)
 """Elements of the placeholder in integer and date arrays (one per byte)."""
 
@@ -160,6 +175,55 @@ class EnvelopeBatch:
         self.taken += 1
         return Batch(parts, changes, sorted(others), signatures)
 
+    def read_registry(self, values: list[bytes | None], rejected: dict[int, tuple[str, str]]) -> Batch | None:
+        """As `read`, for events in a registry's format whose writer schema has a batch reader (Avro's:
+        connector/formats/avro_batch.py): each writer schema's events read whole by it, their creates, updates and
+        reads taken where they hold no placeholder; keyed by `record.key.fields` only (Kafka keys: None)."""
+        spec = self._upsert
+        if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS or spec.keyed and not \
+                spec.key_fields:
+            return None
+        tombstones = [i for i, (error, _) in rejected.items() if error == NULL_VALUE] if spec.takes_deletes else []
+        groups, problems = self._scope.registry_groups(values, [i for i in range(len(values)) if i not in rejected])
+        if problems or not groups:
+            return None
+        changes: list[Change | None] = [None] * len(values)
+        parts, others, signatures = [], list(tombstones), set()
+        for writer, numbers, payloads in groups:
+            children = dict(writer.decoder.children)
+            after, op = children.get("after"), children.get("op")
+            if writer.read_many is None or writer.decoder.schema.type != "struct" or after is None \
+                    or after.schema.type != "struct" or not after.children or op is None \
+                    or op.arrow_type != pa.string() or any(self._scope.reserved_name(name) for name, _ in after.children):
+                return None
+            table = writer.read_many(payloads)
+            if table is None:
+                return None
+            plain = pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
+                            table.column("after").is_valid()).to_pylist()
+            others += [i for i, flag in zip(numbers, plain) if not flag]
+            taken = [i for i, flag in zip(numbers, plain) if flag]
+            if not taken:
+                continue
+            table = table.filter(pa.array(plain))
+            rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
+            if _holds_placeholders(rows) or not self._keys_whole(rows, taken, None):
+                return None
+            try:
+                group_changes = self._changes(table, table.column("op"), children.get("source"), lambda names: True)
+            except Problem:
+                return None
+            if group_changes is None:
+                return None
+            parts.append((taken, rows))
+            signatures.add(tuple((name, id(child)) for name, child in after.children))
+            for i, change in zip(taken, group_changes):
+                changes[i] = change
+        if not parts:
+            return None
+        self.taken += 1
+        return Batch(parts, changes, sorted(others), signatures)
+
     def _part(self, decoder: Decoder, joined: bytes, count: int) -> tuple[list[bool], pa.Table, list[Change]] | None:
         """Which events of one schema are creates, updates or reads with an `after` (the others are left to the
         per-record path), their rows and their changes; None for a batch to leave whole."""
@@ -191,7 +255,8 @@ class EnvelopeBatch:
                 if pc.any(pc.equal(pc.list_value_length(column), _CODES)).as_py():
                     return None
         try:
-            changes = self._changes(table, table.column("op"), source, joined)
+            changes = self._changes(table, table.column("op"), source,
+                                    lambda names: self._source_read(source, joined, names))
         except Problem:
             return None
         return None if changes is None else (plain.to_pylist(), rows, changes)
@@ -241,10 +306,10 @@ class EnvelopeBatch:
         return True
 
     def _changes(self, table: pa.Table, ops: pa.ChunkedArray, source: Decoder | None,
-                 joined: bytes) -> list[Change] | None:
+                 source_read: Callable[[tuple[str, ...]], bool]) -> list[Change] | None:
         """Each event's change, as connector/formats/debezium.py `event_row` gives it for an op of c, u or r with
-        no placeholder, or None where a connector's position reads fields the typed `source` may not give; raises
-        Problem for a time or position it refuses."""
+        no placeholder, or None where a connector's position reads fields the typed `source` may not give as the
+        event has them (`source_read`); raises Problem for a time or position it refuses."""
         n = table.num_rows
         if not self._upsert.cdc_columns:
             return [UPSERT] * n
@@ -259,7 +324,7 @@ class EnvelopeBatch:
         connectors = set(columns["connector"].to_pylist()) if "connector" in columns else {None}
         further = [name for connector in connectors for name in POSITION_FIELDS.get(connector, ())]
         if further:
-            if source is None or not self._source_read(source, joined, tuple(further)):
+            if source is None or not source_read(tuple(further)):
                 return None
             columns.update((name, pc.struct_field(struct, [known.index(name)])) for name in further if name in known)
         source_times = _ints(columns["ts_ms"], "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS) \
@@ -285,6 +350,36 @@ def _ints(array: pa.Array, field: str, path: str, column: str) -> list[Any]:
     if pa.types.is_integer(array.type) and array.type != pa.uint64():
         return values
     return [event_int({field: v}, field, path, column) for v in values]
+
+
+def _text_or_bytes(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+        or pa.types.is_large_binary(kind)
+
+
+def _holds_placeholders(rows: pa.Table) -> bool:
+    """Whether a typed row may hold Debezium's unavailable-value placeholder in a form `unavailable` finds in a
+    registry format's values (its text or bytes; an array of one of its elements, or of its codes; a struct that
+    could be its map form): such a batch goes record by record."""
+    for column in rows.columns:
+        kind = column.type
+        if _text_or_bytes(kind):
+            if pc.any(pc.is_in(column, _PLACEHOLDER_VALUES.cast(kind))).as_py():
+                return True
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            lengths = pc.list_value_length(column)
+            items = kind.value_type
+            if pa.types.is_integer(items):
+                if pc.any(pc.equal(lengths, _CODES)).as_py():
+                    return True
+            elif _text_or_bytes(items):
+                ones = pc.list_flatten(column.filter(pc.fill_null(pc.equal(lengths, 1), False)))
+                if len(ones) and _holds_placeholders(pa.table({"element": ones})):
+                    return True
+        elif pa.types.is_struct(kind) or pa.types.is_map(kind):
+            if any(field.name == UNAVAILABLE_VALUE for field in kind) if pa.types.is_struct(kind) else True:
+                return True
+    return False
 
 
 def _defaulted(children: dict[str, Decoder], names: tuple[str, ...]) -> bool:

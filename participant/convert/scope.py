@@ -9,7 +9,9 @@ from connector.formats import connect
 from connector.formats.connect import Decoder
 from connector.formats.connect_wrapper import DecoderCache
 from connector.formats.plain_json import JsonRows
+from connector.formats.problems import Problem
 from connector.formats.registry import RegistryReader
+from connector.formats.wire import WriterSchema
 from connector.schema.columns import META_PREFIX
 from connector.upsert import UpsertSpec, reserved_columns
 
@@ -45,3 +47,34 @@ class Scope:
             return writer.decoder, writer.read(payload)
         decoder, text = self.decoders.split(data)
         return decoder, connect.load_payload(text)
+
+    def registry_groups(self, values: list[bytes], numbers: list[int]
+                        ) -> tuple[list[tuple[WriterSchema, list[int], list[bytes]]], dict[int, tuple[str, str]]]:
+        """The values of the records `numbers` by their writer schema in the value registry, as (writer schema, record
+        numbers, payloads) in the order of each schema's first record, and the records whose framing or schema
+        the registry refuses (error class, message). Raises RegistryUnavailable."""
+        registry, headers_of, head = self.value_registry, self.headers_of, self.value_registry.head_length
+        groups: dict[int, tuple[WriterSchema, list[int], list[bytes]]] = {}
+        by_head: dict[bytes, tuple[WriterSchema, list[int], list[bytes]]] = {}
+        """Groups by the framing bytes that `split` read once: the values that start with them go straight in."""
+        problems: dict[int, tuple[str, str]] = {}
+        for i in numbers:
+            value = values[i]
+            headers = headers_of(i)
+            group = by_head.get(value[:head])
+            if group is not None and not headers:
+                group[1].append(i)
+                group[2].append(value[head:])
+                continue
+            try:
+                writer, payload = registry.split(value, self.topic, headers)
+            except Problem as problem:
+                problems[i] = (problem.error_class, problem.message)
+                continue
+            group = groups.setdefault(id(writer), (writer, [], []))
+            group[1].append(i)
+            group[2].append(payload)
+            common = registry.common_head(value, headers)
+            if common is not None:
+                by_head[common] = group
+        return list(groups.values()), problems

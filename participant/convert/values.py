@@ -17,7 +17,6 @@ from connector.formats.fit import cast_to, fit, never, widens
 from connector.formats.json_types import INVALID_NAME
 from connector.formats.plain_json import JsonRows, kept_indices, true_indices, utf8_problem
 from connector.formats.problems import INVALID_UTF8, NOT_AN_OBJECT, NULL_VALUE, RESERVED_FIELD, TYPE_MISMATCH, Problem
-from connector.formats.wire import WriterSchema
 from connector.schema.names import case_clashes, field_paths, plain_refused, sanitized_table
 from connector.schema.widening import arrow_widens
 from participant.convert.scope import Scope
@@ -256,37 +255,15 @@ class RegistryValues:
         """Rows of the records not in `rejected`, each read with its writer schema from the registry: one table
         per writer schema (built column by column where the format can), held to this converter's schema by
         `_fit_parts`."""
-        scope = self._scope
-        registry, headers_of, head = scope.value_registry, scope.headers_of, scope.value_registry.head_length
-        groups: dict[int, tuple[WriterSchema, list[int], list[bytes]]] = {}
-        by_head: dict[bytes, tuple[WriterSchema, list[int], list[bytes]]] = {}
-        """Groups by the framing bytes that `split` read once: the values that start with them go straight in."""
-        for i, value in enumerate(values):
-            if i in rejected:
-                continue
-            headers = headers_of(i)
-            group = by_head.get(value[:head])
-            if group is not None and not headers:
-                group[1].append(i)
-                group[2].append(value[head:])
-                continue
-            try:
-                writer, payload = registry.split(value, scope.topic, headers)
-            except Problem as problem:
-                rejected[i] = (problem.error_class, problem.message)
-                continue
-            if writer.decoder.schema.type != "struct":
-                rejected[i] = (NOT_AN_OBJECT, f"the value's writer schema is a {writer.decoder.schema.type}, not a "
-                                              f"record: a row needs fields (value.converter=bytes keeps it whole)")
-                continue
-            group = groups.setdefault(id(writer), (writer, [], []))
-            group[1].append(i)
-            group[2].append(payload)
-            common = registry.common_head(value, headers)
-            if common is not None:
-                by_head[common] = group
+        groups, problems = self._scope.registry_groups(values, [i for i in range(len(values)) if i not in rejected])
+        rejected.update(problems)
         parts, ids = [], []
-        for writer, index, payloads in groups.values():
+        for writer, index, payloads in groups:
+            if writer.decoder.schema.type != "struct":
+                why = (f"the value's writer schema is a {writer.decoder.schema.type}, not a record: a row needs "
+                       f"fields (value.converter=bytes keeps it whole)")
+                rejected.update((i, (NOT_AN_OBJECT, why)) for i in index)
+                continue
             table = writer.read_many(payloads) if writer.read_many is not None else None
             if table is not None:
                 parts.append((index, table))
