@@ -99,7 +99,7 @@ class Changes:
         events a batch at a time where envelopes.py takes the batch."""
         if self.envelopes is not None:
             batch = self.envelopes.read(keys, values, value_array, rejected) if self._scope.value_registry is None \
-                else self.envelopes.read_registry(values, rejected)
+                else self.envelopes.read_registry(keys, values, rejected)
             if batch is not None:
                 self._carried, self._old_keys = [None] * len(values), {}
                 groups = self._typed_groups(keys, values, rejected, batch.others, batch.changes)

@@ -30,8 +30,9 @@ Events in a registry's format (`read_registry`) take the same path where their w
 every event's fields as written (a writer writes each field, so no default or absent field stands in), and of the
 checks above what is left is the placeholder, in the forms a typed value carries it (a text or bytes value, an array
 of one such element or of the placeholder's codes, a struct that could be its map form: `_holds_placeholders`), the
-reserved names, the order field, and the keys: `record.key.fields` only (keys from the Kafka key: the per-record
-path).
+reserved names, the order field, and the keys: keyed by the Kafka key, every key a record of one writer schema in
+the key registry, read by its batch reader, and equal to the row as above (without a key registry, keys of the JSON
+converter as above).
 """
 from __future__ import annotations
 
@@ -103,9 +104,11 @@ class Batch(NamedTuple):
 
 class _KafkaKeys(NamedTuple):
     decoder: Decoder
-    """The one Connect schema of a batch's Kafka keys."""
+    """The one schema of a batch's Kafka keys (a Connect schema, or a writer schema's decoder)."""
     payloads: dict[int, bytes]
     """Record number -> its key's payload."""
+    read: Callable[[list[bytes]], pa.Table | None]
+    """Payloads of that schema -> their table, or None (a batch the reader cannot take whole)."""
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -175,18 +178,25 @@ class EnvelopeBatch:
         self.taken += 1
         return Batch(parts, changes, sorted(others), signatures)
 
-    def read_registry(self, values: list[bytes | None], rejected: dict[int, tuple[str, str]]) -> Batch | None:
+    def read_registry(self, keys: list[bytes | None], values: list[bytes | None],
+                      rejected: dict[int, tuple[str, str]]) -> Batch | None:
         """As `read`, for events in a registry's format whose writer schema has a batch reader (Avro's:
         connector/formats/avro_batch.py): each writer schema's events read whole by it, their creates, updates and
-        reads taken where they hold no placeholder; keyed by `record.key.fields` only (Kafka keys: None)."""
+        reads taken where they hold no placeholder; keyed by the Kafka key where every key is of one writer schema
+        with a batch reader (or, without a key registry, as `read` takes keys)."""
         spec = self._upsert
-        if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS or spec.keyed and not \
-                spec.key_fields:
+        if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS:
             return None
         tombstones = [i for i, (error, _) in rejected.items() if error == NULL_VALUE] if spec.takes_deletes else []
-        groups, problems = self._scope.registry_groups(values, [i for i in range(len(values)) if i not in rejected])
+        index = [i for i in range(len(values)) if i not in rejected]
+        groups, problems = self._scope.registry_groups(values, index)
         if problems or not groups:
             return None
+        kafka_keys = None
+        if spec.keyed and not spec.key_fields:
+            kafka_keys = self._registry_keys(keys, sorted(index + tombstones))
+            if kafka_keys is None:
+                return None
         changes: list[Change | None] = [None] * len(values)
         parts, others, signatures = [], list(tombstones), set()
         for writer, numbers, payloads in groups:
@@ -207,7 +217,7 @@ class EnvelopeBatch:
                 continue
             table = table.filter(pa.array(plain))
             rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
-            if _holds_placeholders(rows) or not self._keys_whole(rows, taken, None):
+            if _holds_placeholders(rows) or not self._keys_whole(rows, taken, kafka_keys):
                 return None
             try:
                 group_changes = self._changes(table, table.column("op"), children.get("source"), lambda names: True)
@@ -219,7 +229,7 @@ class EnvelopeBatch:
             signatures.add(tuple((name, id(child)) for name, child in after.children))
             for i, change in zip(taken, group_changes):
                 changes[i] = change
-        if not parts:
+        if not parts or kafka_keys is not None and self._keys.hold_kafka_key_fields(kafka_keys.fields) is None:
             return None
         self.taken += 1
         return Batch(parts, changes, sorted(others), signatures)
@@ -280,7 +290,28 @@ class EnvelopeBatch:
         if problems or len(split) != 1 or split[0][0].schema.type != "struct" or not split[0][0].children:
             return None
         decoder, split_numbers, payloads = split[0]
-        return _KafkaKeys(decoder, dict(zip(split_numbers, payloads)))
+
+        def read(chosen: list[bytes]) -> pa.Table | None:
+            joined = _joined(chosen)
+            return None if joined is None else decoder.read_batch(joined, len(chosen))
+
+        return _KafkaKeys(decoder, dict(zip(split_numbers, payloads)), read)
+
+    def _registry_keys(self, keys: list[bytes | None], numbers: list[int]) -> _KafkaKeys | None:
+        """As `_kafka_keys`, for keys of the key registry's format: every key there is of one writer schema, a
+        record with a batch reader; keys of the JSON converter (no key registry) as `_kafka_keys` reads them."""
+        if self._scope.key_registry is None:
+            return self._kafka_keys(keys, numbers)
+        keyed = [i for i in numbers if keys[i] is not None]
+        if not keyed:
+            return None
+        groups, problems = self._scope.registry_groups(keys, keyed, key=True)
+        if problems or len(groups) != 1:
+            return None
+        writer, split_numbers, payloads = groups[0]
+        if writer.read_many is None or writer.decoder.schema.type != "struct" or not writer.decoder.children:
+            return None
+        return _KafkaKeys(writer.decoder, dict(zip(split_numbers, payloads)), writer.read_many)
 
     def _keys_whole(self, rows: pa.Table, numbers: list[int], kafka_keys: _KafkaKeys | None) -> bool:
         """Whether the rows of the records `numbers` hold their keys as the per-record path would leave them (see
@@ -292,8 +323,7 @@ class EnvelopeBatch:
             return all(name in rows.column_names and not rows.column(name).null_count for name in spec.key_fields)
         if kafka_keys is None or any(i not in kafka_keys.payloads for i in numbers):
             return False
-        joined = _joined([kafka_keys.payloads[i] for i in numbers])
-        table = None if joined is None else kafka_keys.decoder.read_batch(joined, len(numbers))
+        table = kafka_keys.read([kafka_keys.payloads[i] for i in numbers])
         if table is None:
             return False
         for name, child in kafka_keys.decoder.children:

@@ -48,12 +48,13 @@ class Scope:
         decoder, text = self.decoders.split(data)
         return decoder, connect.load_payload(text)
 
-    def registry_groups(self, values: list[bytes], numbers: list[int]
+    def registry_groups(self, values: list[bytes], numbers: list[int], key: bool = False
                         ) -> tuple[list[tuple[WriterSchema, list[int], list[bytes]]], dict[int, tuple[str, str]]]:
-        """The values of the records `numbers` by their writer schema in the value registry, as (writer schema, record
-        numbers, payloads) in the order of each schema's first record, and the records whose framing or schema
-        the registry refuses (error class, message). Raises RegistryUnavailable."""
-        registry, headers_of, head = self.value_registry, self.headers_of, self.value_registry.head_length
+        """The values (or keys) of the records `numbers` by their writer schema in the value (key) registry, as
+        (writer schema, record numbers, payloads) in the order of each schema's first record, and the records whose
+        framing or schema the registry refuses (error class, message). Raises RegistryUnavailable."""
+        registry = self.key_registry if key else self.value_registry
+        headers_of, head = self.headers_of, registry.head_length
         groups: dict[int, tuple[WriterSchema, list[int], list[bytes]]] = {}
         by_head: dict[bytes, tuple[WriterSchema, list[int], list[bytes]]] = {}
         """Groups by the framing bytes that `split` read once: the values that start with them go straight in."""

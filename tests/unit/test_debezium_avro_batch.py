@@ -47,10 +47,15 @@ MODES = {
     "changelog": UpsertSpec(mode="changelog", envelope="debezium"),
     "upsert-value-key": UpsertSpec(mode="upsert", key_fields=("a",), delete_enabled=True, envelope="debezium"),
     "upsert-lsn-order": UpsertSpec(mode="upsert", key_fields=("a",), envelope="debezium", order_field="source.lsn"),
-    "upsert-kafka-key": UpsertSpec(mode="upsert", delete_enabled=True, envelope="debezium"),
+    "upsert-plain-kafka-key": UpsertSpec(mode="upsert", delete_enabled=True, envelope="debezium"),
+    "upsert-avro-kafka-key": UpsertSpec(mode="upsert", delete_enabled=True, envelope="debezium"),
 }
-TAKES_BATCHES = {"append", "append-no-meta", "changelog", "upsert-value-key", "upsert-lsn-order"}
-"""The modes whose clean batches the batch path takes; keyed by the Kafka key, the per-record path reads them."""
+TAKES_BATCHES = {"append", "append-no-meta", "changelog", "upsert-value-key", "upsert-lsn-order",
+                 "upsert-avro-kafka-key"}
+"""The modes whose clean batches the batch path takes; Kafka keys of plain JSON are left to the per-record path."""
+KEY = {"type": "record", "name": "Key", "namespace": "server1.inventory.all_types", "fields": [
+    {"name": "a", "type": "long"}]}
+"""Debezium's key struct of the table's primary key `a`, as Connect's AvroConverter registers it."""
 
 
 class Events:
@@ -62,12 +67,28 @@ class Events:
                                             conf={"auto.register.schemas": True, "normalize.schemas": False})
                        for name, row in (("row", ROW), ("wider", WIDER))}
         self._write = {name: (lambda event, s=s: s(event, context)) for name, s in serializers.items()}
+        key_serializer = AvroSerializer(client, json.dumps(KEY), conf={"auto.register.schemas": True})
+        key_context = SerializationContext(TOPIC, MessageField.KEY)
+        self.avro_key = lambda a: key_serializer({"a": a}, key_context)
+        self.row_key: dict[bytes, int] = {}
+        """Each event written -> its row's key `a` (what Debezium keys it by)."""
 
     def __call__(self, op: str, lsn: int, after: dict | None = None, before: dict | None = None,
                  connector: str = "postgresql", schema: str = "row") -> bytes:
-        return self._write[schema]({"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000 + lsn,
-                                    "source": {"version": "3.0.7.Final", "connector": connector,
-                                               "ts_ms": 1_699_999_999_000 + lsn, "lsn": lsn}})
+        value = self._write[schema]({"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000 + lsn,
+                                     "source": {"version": "3.0.7.Final", "connector": connector,
+                                                "ts_ms": 1_699_999_999_000 + lsn, "lsn": lsn}})
+        self.row_key[value] = (after or before or {}).get("a")  # a truncate has no key
+        return value
+
+    def key(self, mode: str, value: bytes | None, fallback: int) -> bytes | None:
+        """The Kafka key of an event in `mode`: its row's key `a` in Avro, or plain JSON of a number of its own
+        (the per-record path writes it over the row's); None for a truncate."""
+        if mode != "upsert-avro-kafka-key":
+            return json.dumps({"a": fallback}).encode()
+        if value in self.row_key and self.row_key[value] is None:
+            return None
+        return self.avro_key(self.row_key.get(value, fallback))
 
 
 def _rows(count: int, seed: int) -> list[dict]:
@@ -123,6 +144,7 @@ def _batches(events: Events) -> list[tuple[str, list[bytes | None]]]:
              for n, row in enumerate(rows[350:380])]
     batches.append(("two writer schemas", mixed))
     batches.append(("clean again", creates[380:]))
+    batches.append(("a key not the row's", creates[380:]))  # the test gives its fifth event another key
     return batches
 
 
@@ -131,13 +153,17 @@ def test_debezium_events_in_avro_read_a_batch_at_a_time_equal_the_per_record_pat
     spec = MODES[mode]
     client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
     events = Events(client)
-    fast, slow = (Converter("avro", spec.meta, upsert=spec, value_registry=RegistryReader(AVRO, client=client))
-                  for _ in range(2))
+    key_registry = (lambda: RegistryReader(AVRO, client=client, is_key=True)) \
+        if mode == "upsert-avro-kafka-key" else (lambda: None)
+    fast, slow = (Converter("avro", spec.meta, upsert=spec, value_registry=RegistryReader(AVRO, client=client),
+                            key_registry=key_registry()) for _ in range(2))
     slow._changes.envelopes = None
     offset, taken = 100, []
     for what, values in _batches(events):
         n = len(values)
-        keys = [None if value is None else json.dumps({"a": offset + i}).encode() for i, value in enumerate(values)]
+        keys = [events.key(mode, value, offset + i) for i, value in enumerate(values)]
+        if what == "a key not the row's":
+            keys[4] = events.key(mode, None, -offset)
         args = (TOPIC, 0, list(range(offset, offset + n)), [1_700_000_000_000 + i for i in range(n)], keys, values)
         before = fast._changes.envelopes.taken
         got, want = fast.convert_raw(*args), slow.convert_raw(*args)
@@ -153,11 +179,14 @@ def test_debezium_events_in_avro_read_a_batch_at_a_time_equal_the_per_record_pat
         assert fast.schema == slow.schema, what
         offset += n
     if mode in TAKES_BATCHES:
+        kafka_keyed = spec.keyed and not spec.key_fields
         assert {"clean", "c, u and r", "a delete", "a delete of the key alone", "a tombstone", "a truncate",
                 "an unknown op and a create without after", "two writer schemas", "clean again",
-                "a uuid of the placeholder in an array"} <= set(taken), f"the batch path took only {taken}"
+                "a uuid of the placeholder in an array"} | (set() if kafka_keyed else {"a key not the row's"}) \
+            <= set(taken), f"the batch path took only {taken}"
         left = {"placeholder text", "placeholder bytes", "placeholder text in an array", "placeholder codes",
-                "a short event and an unknown schema id"} | ({"a mysql event"} if spec.cdc_columns else set())
+                "a short event and an unknown schema id"} | ({"a mysql event"} if spec.cdc_columns else set()) \
+            | ({"a key not the row's"} if kafka_keyed else set())
         # a MySQL event's position needs source fields this envelope lacks: the per-record path's record errors
         assert not left & set(taken), f"the batch path took {sorted(left & set(taken))}"
     else:
