@@ -24,9 +24,9 @@ library writes) always takes that path, and so does an array a writer splits int
 size (valid Avro, which fastavro and Avro's Java library do not write).
 
 The records that take this path hold primitives, enums, fixed, `decimal` on bytes, dates, times, timestamps,
-string uuids, records of them, arrays of them, and unions of one of them with null, at any depth; no maps, no union
-of two types, nothing that a `connect.name` or `connect.type` makes a Kafka Connect type (connector/formats/avro.py
-`is_connect_typed`). A named type used again is read again where it is used (the container's schema spells each
+string uuids, the Kafka Connect types an `int`, `long` or `string` carries (Debezium's dates, times and timestamps,
+zoned timestamps, int8 and int16: connector/formats/avro.py `is_connect_typed`), records of them, arrays of them, and
+unions of one of them with null, at any depth; no maps, no union of two types, no Debezium VariableScaleDecimal. A named type used again is read again where it is used (the container's schema spells each
 use out, under a name of its own). The table is the one the per-record path builds
 (`decoder.rows` of each record's `to_value`), value for value and type for type.
 """
@@ -42,7 +42,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.formats.avro import PayloadReader, compile_avro, decimal_type, is_connect_typed
-from connector.formats.connect import TIME_TEXT, TIMESTAMP_NTZ, TIMESTAMP_UTC
+from connector.formats.connect import TIME_TEXT, TIMESTAMP_NTZ, TIMESTAMP_UTC, ConnectSchema
+from connector.formats.connect_types import compile_schema
+from connector.formats.problems import Problem
 from connector.formats.wire import RegistryFormat, WriterSchema
 
 _SYNC = b"lakesink.avro.16"
@@ -148,8 +150,10 @@ def _node(node: Any, types: dict[str, Any], records: tuple[str, ...]) -> _Node:
         return _Nullable(_node(node[1 - null_index], types, records), null_index)
     if isinstance(node, str):
         node = {"type": node}
-    if not isinstance(node, dict) or is_connect_typed(node):
+    if not isinstance(node, dict):
         raise _Refused
+    if is_connect_typed(node):
+        return _connect_typed(node)
     kind = node.get("type")
     if isinstance(kind, (dict, list)) or isinstance(kind, str) and kind in types:
         return _node(kind, types, records)  # {"type": {...}} or {"type": "a.Named"}
@@ -165,6 +169,33 @@ def _node(node: Any, types: dict[str, Any], records: tuple[str, ...]) -> _Node:
     if make is None:
         raise _Refused
     return _Leaf(*make(node))
+
+
+_CONNECT_PRIMITIVES = {"int": "int32", "long": "int64", "string": "string"}
+"""The Avro primitives that carry a Kafka Connect type read here, and the Connect type each is."""
+
+
+def _connect_typed(node: dict[str, Any]) -> _Leaf:
+    """A Kafka Connect type an Avro primitive carries (`connect.name`: Debezium's dates, times and timestamps, a
+    zoned timestamp; `connect.type` int8 and int16), as connector/formats/avro.py's `connect_typed` reads it: by
+    Connect's own decoder (connector/formats/connect_types.py), here its column-wise `decode`, where the per-record
+    path takes each value through its `to_value`. A value it refuses refuses the batch."""
+    kind = node.get("type")
+    if kind not in _CONNECT_PRIMITIVES:
+        raise _Refused  # Debezium's VariableScaleDecimal record
+    parameters = {str(k): str(v) for k, v in (node.get("connect.parameters") or {}).items()}
+    decoder = compile_schema(ConnectSchema(node.get("connect.type") or _CONNECT_PRIMITIVES[kind], True,
+                                           node.get("connect.name"), parameters))
+    if decoder.json_type is None:
+        raise _Refused
+
+    def convert(array: pa.Array) -> pa.Array | None:
+        try:
+            return decoder.decode(array.cast(decoder.json_type))
+        except (ValueError, OverflowError, Problem):  # out of the type's range (ArrowInvalid is a ValueError)
+            return None
+
+    return _Leaf("string" if kind == "string" else "long", decoder.arrow_type, convert)
 
 
 class _Refused(Exception):

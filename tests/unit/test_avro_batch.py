@@ -313,6 +313,76 @@ def test_a_byte_moved_between_nested_payloads_is_refused(nested):
         assert_refused(nested, [payloads[0] + payloads[1][:cut], payloads[1][cut:], *payloads[2:]])
 
 
+# --- the Kafka Connect types an Avro primitive carries (Connect's AvroConverter, Debezium) ------------------------
+
+
+def connect_named(kind, name):
+    return {"type": kind, "connect.version": 1, "connect.name": name}
+
+
+CONNECT_TYPED = record(
+    ("i8", {"type": "int", "connect.type": "int8"}), ("i16", ["null", {"type": "int", "connect.type": "int16"}]),
+    ("day", connect_named("int", "io.debezium.time.Date")), ("tm", connect_named("int", "io.debezium.time.Time")),
+    ("mt", connect_named("long", "io.debezium.time.MicroTime")), ("nt", connect_named("long", "io.debezium.time.NanoTime")),
+    ("ts", connect_named("long", "io.debezium.time.Timestamp")),
+    ("mts", connect_named("long", "io.debezium.time.MicroTimestamp")),
+    ("nts", ["null", connect_named("long", "io.debezium.time.NanoTimestamp")]),
+    ("zts", connect_named("string", "io.debezium.time.ZonedTimestamp")),
+    ("days", {"type": "array", "items": connect_named("int", "io.debezium.time.Date")}),
+    name="Typed")
+_EPOCH_DAY = dt.date(1970, 1, 1)
+_DAY_RANGE = ((dt.date.min - _EPOCH_DAY).days, (dt.date.max - _EPOCH_DAY).days)
+_MICROS_RANGE = (_DAY_RANGE[0] * 86_400_000_000, (_DAY_RANGE[1] + 1) * 86_400_000_000 - 1)
+DAY_COUNTS = edges(list(_DAY_RANGE) + [0, -1], st.integers(*_DAY_RANGE))
+ZONED = st.datetimes(timezones=st.sampled_from([UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)),
+                                                dt.timezone(-dt.timedelta(hours=8))])).map(
+    lambda t: t.isoformat().replace("+00:00", "Z"))
+CONNECT_ROWS = st.lists(st.fixed_dictionaries({
+    "i8": st.integers(-128, 127), "i16": st.none() | st.integers(-(1 << 15), (1 << 15) - 1), "day": DAY_COUNTS,
+    "tm": edges([0, 86_400_000], st.integers(0, 86_400_000)),
+    "mt": edges([0, 86_400_000_000], st.integers(0, 86_400_000_000)),
+    "nt": edges([0, 86_400_000_000_000, 999], st.integers(0, 86_400_000_000_000)),
+    "ts": edges([_MICROS_RANGE[0] // 1000 + 1, _MICROS_RANGE[1] // 1000], st.integers(_MICROS_RANGE[0] // 1000 + 1,
+                                                                                       _MICROS_RANGE[1] // 1000)),
+    "mts": edges(list(_MICROS_RANGE), st.integers(*_MICROS_RANGE)),
+    "nts": st.none() | edges([-1, -999, -1001, -(1 << 63), (1 << 63) - 1], INT64),
+    "zts": ZONED, "days": st.lists(DAY_COUNTS, max_size=3),
+}), min_size=1, max_size=15)
+
+
+@pytest.fixture(scope="module")
+def connect_typed():
+    return writer_of(CONNECT_TYPED)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(rows=CONNECT_ROWS)
+def test_connect_types_an_avro_primitive_carries_read_as_the_per_record_path_reads_them(connect_typed, rows):
+    assert_same_table(connect_typed, encode(CONNECT_TYPED, rows))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    pytest.param("i8", 128, id="an int8 beyond 8 bits"),
+    pytest.param("day", _DAY_RANGE[1] + 1, id="a date beyond year 9999"),
+    pytest.param("tm", 86_400_001, id="a time beyond a day"),
+    pytest.param("mt", -1, id="a negative time"),
+    pytest.param("mts", _MICROS_RANGE[1] + 1, id="a timestamp in year 10000"),
+    pytest.param("ts", (1 << 63) - 1, id="a timestamp whose microseconds overflow"),
+    pytest.param("zts", "2024-05-01T12:00:00", id="a zoned timestamp without its zone"),
+    pytest.param("zts", "yesterday", id="a zoned timestamp that is no timestamp"),
+])
+def test_connect_typed_values_the_per_record_path_refuses_are_refused(connect_typed, field, value):
+    row = {"i8": 1, "i16": None, "day": 0, "tm": 0, "mt": 0, "nt": 0, "ts": 0, "mts": 0, "nts": None,
+           "zts": "2024-05-01T12:00:00Z", "days": []}
+    good = encode(CONNECT_TYPED, [row])
+    bad = encode(CONNECT_TYPED, [{**row, field: value}])
+    assert_same_table(connect_typed, good)
+    with pytest.raises(Problem):
+        one_by_one(connect_typed, bad)
+    assert_refused(connect_typed, good + bad)
+
+
 # --- None for every batch it cannot prove ---------------------------------------------------------------------
 
 SMALL = record(("id", "long"), ("name", "string"), ("amount", decimal(4, 2)), ("flag", ["null", "boolean"]))
@@ -431,9 +501,6 @@ def test_an_empty_batch_is_refused(small):
     pytest.param(["null", "long", "string"], id="a union of two types"),
     pytest.param(["long", "string"], id="a union without null"),
     pytest.param("null", id="null"),
-    pytest.param({"type": "int", "connect.type": "int16"}, id="Connect's int16"),
-    pytest.param({"type": "int", "connect.name": "io.debezium.time.Date"}, id="Debezium's Date"),
-    pytest.param({"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}, id="a zoned timestamp"),
     pytest.param({"type": "fixed", "name": "D", "size": 4, "logicalType": "decimal", "precision": 5},
                  id="a decimal on fixed"),
     pytest.param({"type": "fixed", "name": "U", "size": 16, "logicalType": "uuid"}, id="a uuid on fixed"),
