@@ -60,6 +60,7 @@ from connector.formats.debezium import (
     source_position,
 )
 from connector.formats.problems import NULL_VALUE, Problem
+from connector.formats.wire import WriterSchema
 from connector.upsert import (
     CDC_SOURCE_LSN,
     CDC_SOURCE_TS_MS,
@@ -102,6 +103,18 @@ class Batch(NamedTuple):
     """The signature of each part's columns as the per-record path groups rows (changes.py `_typed_groups`)."""
 
 
+class _Group(NamedTuple):
+    """What the batch path reads of one schema's events."""
+    left: list[int]
+    """The records it leaves to the per-record path."""
+    taken: list[int]
+    """The records it reads: creates, updates and reads."""
+    rows: pa.Table | None
+    changes: list[Change]
+    after: Decoder | None
+    """The decoder of the rows (the event's `after`)."""
+
+
 class _KafkaKeys(NamedTuple):
     decoder: Decoder
     """The one schema of a batch's Kafka keys (a Connect schema, or a writer schema's decoder)."""
@@ -130,53 +143,9 @@ class EnvelopeBatch:
              rejected: dict[int, tuple[str, str]]) -> Batch | None:
         """The typed parts (record numbers, rows) of the batch's creates, updates and reads, each record's change, and
         the records left to the per-record path (deletes, truncates, tombstones, bad events); None: all of them."""
-        spec = self._upsert
-        if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS:
-            return None
-        tombstones = [i for i, (error, _) in rejected.items() if error == NULL_VALUE] if spec.takes_deletes else []
-        index = [i for i in range(len(values)) if i not in rejected]
-        if not index:
-            return None
-        split, problems = self._scope.decoders.split_many(values, index, value_array)
-        if problems:
-            return None
-        kafka_keys = None
-        if spec.keyed and not spec.key_fields:
-            kafka_keys = self._kafka_keys(keys, sorted(index + tombstones))
-            if kafka_keys is None:
-                return None
-        changes: list[Change | None] = [None] * len(values)
-        parts, others, signatures = [], list(tombstones), set()
-        for decoder, numbers, payloads in split:
-            # the events that may be creates, updates or reads: only they go through the reader (a delete's `before`
-            # may lack what the row's schema requires, which the per-record path does not ask of it)
-            maybe = [_PLAIN_OP.search(payload) is not None for payload in payloads]
-            others += [i for i, flag in zip(numbers, maybe) if not flag]
-            numbers = [i for i, flag in zip(numbers, maybe) if flag]
-            payloads = [payload for payload, flag in zip(payloads, maybe) if flag]
-            if not payloads:
-                continue
-            joined = _joined(payloads)
-            if joined is None or any(text in joined for text in _NEVER_IN_BATCH) or _ASCII_ESCAPE.search(joined):
-                return None
-            part = self._part(decoder, joined, len(payloads))
-            if part is None:
-                return None
-            plain, rows, group_changes = part
-            taken = [i for i, flag in zip(numbers, plain) if flag]
-            others += [i for i, flag in zip(numbers, plain) if not flag]
-            if not taken:
-                continue
-            if not self._keys_whole(rows, taken, kafka_keys):
-                return None
-            parts.append((taken, rows))
-            signatures.add(tuple((name, id(child)) for name, child in dict(decoder.children)["after"].children))
-            for i, change in zip(taken, group_changes):
-                changes[i] = change
-        if not parts or kafka_keys is not None and self._keys.hold_kafka_key_fields(kafka_keys.fields) is None:
-            return None
-        self.taken += 1
-        return Batch(parts, changes, sorted(others), signatures)
+        return self._batch(keys, values, rejected, lambda index: self._scope.decoders.split_many(values, index,
+                                                                                                 value_array),
+                           self._kafka_keys, self._json_group)
 
     def read_registry(self, keys: list[bytes | None], values: list[bytes | None],
                       rejected: dict[int, tuple[str, str]]) -> Batch | None:
@@ -184,55 +153,97 @@ class EnvelopeBatch:
         connector/formats/avro_batch.py): each writer schema's events read whole by it, their creates, updates and
         reads taken where they hold no placeholder; keyed by the Kafka key where every key is of one writer schema
         with a batch reader (or, without a key registry, as `read` takes keys)."""
+        return self._batch(keys, values, rejected, lambda index: self._scope.registry_groups(values, index),
+                           self._registry_keys, self._registry_group)
+
+    def _batch(self, keys: list[bytes | None], values: list[bytes | None], rejected: dict[int, tuple[str, str]],
+               split: Callable[[list[int]], tuple[list[tuple], dict]],
+               kafka_keys_of: Callable[[list[bytes | None], list[int]], _KafkaKeys | None],
+               read_group: Callable[..., _Group | None]) -> Batch | None:
+        """The batch path over one format: `split` groups the records' values by schema (and names the records it
+        cannot), `kafka_keys_of` reads their Kafka keys, `read_group` one group's events."""
         spec = self._upsert
         if spec.requires_order_value and spec.order_field not in EVENT_ORDER_COLUMNS:
             return None
         tombstones = [i for i, (error, _) in rejected.items() if error == NULL_VALUE] if spec.takes_deletes else []
         index = [i for i in range(len(values)) if i not in rejected]
-        groups, problems = self._scope.registry_groups(values, index)
+        if not index:
+            return None
+        groups, problems = split(index)
         if problems or not groups:
             return None
         kafka_keys = None
         if spec.keyed and not spec.key_fields:
-            kafka_keys = self._registry_keys(keys, sorted(index + tombstones))
+            kafka_keys = kafka_keys_of(keys, sorted(index + tombstones))
             if kafka_keys is None:
                 return None
         changes: list[Change | None] = [None] * len(values)
         parts, others, signatures = [], list(tombstones), set()
-        for writer, numbers, payloads in groups:
-            children = dict(writer.decoder.children)
-            after, op = children.get("after"), children.get("op")
-            if writer.read_many is None or writer.decoder.schema.type != "struct" or after is None \
-                    or after.schema.type != "struct" or not after.children or op is None \
-                    or op.arrow_type != pa.string() or any(self._scope.reserved_name(name) for name, _ in after.children):
+        for group in groups:
+            read = read_group(*group)
+            if read is None:
                 return None
-            table = writer.read_many(payloads)
-            if table is None:
-                return None
-            plain = pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
-                            table.column("after").is_valid()).to_pylist()
-            others += [i for i, flag in zip(numbers, plain) if not flag]
-            taken = [i for i, flag in zip(numbers, plain) if flag]
-            if not taken:
+            others += read.left
+            if not read.taken:
                 continue
-            table = table.filter(pa.array(plain))
-            rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
-            if _holds_placeholders(rows) or not self._keys_whole(rows, taken, kafka_keys):
+            if not self._keys_whole(read.rows, read.taken, kafka_keys):
                 return None
-            try:
-                group_changes = self._changes(table, table.column("op"), children.get("source"), lambda names: True)
-            except Problem:
-                return None
-            if group_changes is None:
-                return None
-            parts.append((taken, rows))
-            signatures.add(tuple((name, id(child)) for name, child in after.children))
-            for i, change in zip(taken, group_changes):
+            parts.append((read.taken, read.rows))
+            signatures.add(tuple((name, id(child)) for name, child in read.after.children))
+            for i, change in zip(read.taken, read.changes):
                 changes[i] = change
         if not parts or kafka_keys is not None and self._keys.hold_kafka_key_fields(kafka_keys.fields) is None:
             return None
         self.taken += 1
         return Batch(parts, changes, sorted(others), signatures)
+
+    def _json_group(self, decoder: Decoder, numbers: list[int], payloads: list[bytes]) -> _Group | None:
+        """The events of one Connect schema; None: a batch to leave whole."""
+        # the events that may be creates, updates or reads: only they go through the reader (a delete's `before`
+        # may lack what the row's schema requires, which the per-record path does not ask of it)
+        maybe = [_PLAIN_OP.search(payload) is not None for payload in payloads]
+        left = [i for i, flag in zip(numbers, maybe) if not flag]
+        numbers = [i for i, flag in zip(numbers, maybe) if flag]
+        payloads = [payload for payload, flag in zip(payloads, maybe) if flag]
+        if not payloads:
+            return _Group(left, [], None, [], None)
+        joined = _joined(payloads)
+        if joined is None or any(text in joined for text in _NEVER_IN_BATCH) or _ASCII_ESCAPE.search(joined):
+            return None
+        part = self._part(decoder, joined, len(payloads))
+        if part is None:
+            return None
+        plain, rows, group_changes = part
+        return _Group(left + [i for i, flag in zip(numbers, plain) if not flag],
+                      [i for i, flag in zip(numbers, plain) if flag], rows, group_changes,
+                      dict(decoder.children)["after"])
+
+    def _registry_group(self, writer: WriterSchema, numbers: list[int], payloads: list[bytes]) -> _Group | None:
+        """The events of one writer schema; None: a batch to leave whole."""
+        children = dict(writer.decoder.children)
+        after, op = children.get("after"), children.get("op")
+        if writer.read_many is None or writer.decoder.schema.type != "struct" or after is None \
+                or after.schema.type != "struct" or not after.children or op is None \
+                or op.arrow_type != pa.string() or any(self._scope.reserved_name(name) for name, _ in after.children):
+            return None
+        table = writer.read_many(payloads)
+        if table is None:
+            return None
+        plain = pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
+                        table.column("after").is_valid()).to_pylist()
+        left = [i for i, flag in zip(numbers, plain) if not flag]
+        taken = [i for i, flag in zip(numbers, plain) if flag]
+        if not taken:
+            return _Group(left, [], None, [], after)
+        table = table.filter(pa.array(plain))
+        rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
+        if _holds_placeholders(rows):
+            return None
+        try:
+            group_changes = self._changes(table, table.column("op"), children.get("source"), lambda names: True)
+        except Problem:
+            return None
+        return None if group_changes is None else _Group(left, taken, rows, group_changes, after)
 
     def _part(self, decoder: Decoder, joined: bytes, count: int) -> tuple[list[bool], pa.Table, list[Change]] | None:
         """Which events of one schema are creates, updates or reads with an `after` (the others are left to the
