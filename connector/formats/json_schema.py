@@ -34,7 +34,7 @@ from connector.formats.connect import (
     Decoder,
     escapes_a_lone_surrogate,
 )
-from connector.formats.json_schema_batch import BatchReader, Field, batch_reader
+from connector.formats.json_schema_batch import KINDS, BatchReader, Field, array_kind, batch_reader
 from connector.formats.problems import (
     INVALID_SCHEMA,
     MALFORMED_PAYLOAD,
@@ -502,7 +502,12 @@ class _Compiler:
             where = f"{path}[]"
             return [to_item(v, where) for v in value]
 
-        return self.leaf(ConnectSchema("array", nullable, items=item.schema), arrow_type, convert, (("element", item),))
+        decoder = self.leaf(ConnectSchema("array", nullable, items=item.schema), arrow_type, convert,
+                            (("element", item),))
+        item_kind = self.kinds.get(id(item))
+        if item_kind in KINDS:
+            self.kind(decoder, array_kind(item_kind, item.schema.optional))
+        return decoder
 
     def map(self, values_node: Any, resolver: Any, nullable: bool) -> Decoder:
         keys = self.leaf(ConnectSchema("string"), pa.string(), _plain_type(str, "a string"))

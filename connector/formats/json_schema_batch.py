@@ -30,7 +30,8 @@ which names each bad record:
   default the per-record path gives an absent field.
 
 Only flat objects take this path: every property an integer, a number, a boolean, or a string (with format
-date-time, date or time, or none of those). The table is the one the per-record path builds (`decoder.rows` of each
+date-time, date or time, or none of those), or an array of one of them (its items checked and converted as a
+property of their kind is; a null item only where the items' schema allows null). The table is the one the per-record path builds (`decoder.rows` of each
 record's `to_value`), value for value and type for type.
 """
 from __future__ import annotations
@@ -49,7 +50,25 @@ import pyarrow.json as pj
 from connector.formats.connect import TIME_TEXT, TIMESTAMP_UTC
 
 KINDS = ("integer", "number", "boolean", "string", "date-time", "date", "time")
-"""What a property may be for its schema to take this path (json_schema.py names its scalar decoders so)."""
+"""What a property may be for its schema to take this path (json_schema.py names its scalar decoders so), or an
+array of one of them (`array_kind`)."""
+_ARRAY = "array of "
+_OR_NULL = " or null"
+
+
+def array_kind(item: str, nullable: bool) -> str:
+    """The kind of an array property whose items are of kind `item` (of KINDS), null among them where `nullable`."""
+    return f"{_ARRAY}{item}{_OR_NULL if nullable else ''}"
+
+
+def _items(kind: str) -> tuple[str, bool] | None:
+    """(the items' kind, whether they may be null) of an array kind; None for another kind."""
+    if not kind.startswith(_ARRAY):
+        return None
+    item = kind[len(_ARRAY):]
+    nullable = item.endswith(_OR_NULL)
+    item = item[:-len(_OR_NULL)] if nullable else item
+    return (item, nullable) if item in KINDS else None
 
 _JSON_TYPES = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 """The type the reader reads a kind as: every string kind as a string."""
@@ -98,7 +117,8 @@ Convert = Callable[[pa.Array], pa.Array | None]
 
 def batch_reader(fields: list[Field], closed: bool, row_schema: pa.Schema) -> BatchReader | None:
     """The `read_many` of a flat object schema, or None when a property is of a kind this module does not read."""
-    if not fields or any(f.kind not in KINDS for f in fields) or len(fields) != len(row_schema):
+    if not fields or any(f.kind not in KINDS and _items(f.kind) is None for f in fields) \
+            or len(fields) != len(row_schema):
         return None
     try:
         return BatchReader(fields, closed, row_schema)
@@ -112,12 +132,12 @@ class BatchReader:
     def __init__(self, fields: list[Field], closed: bool, row_schema: pa.Schema):
         self._fields = fields
         self._schema = row_schema
-        self._json_schema = pa.schema([(f.name, _JSON_TYPES.get(f.kind, pa.string())) for f in fields])
+        self._json_schema = pa.schema([(f.name, _json_type(f.kind)) for f in fields])
         self._closed = closed
         """additionalProperties is false: the reader refuses a field the schema does not name, so every value it
         reads is one of a column, which it refuses or the columns' checks do."""
         self._behavior = "error" if closed else "ignore"
-        self._converts = [_CONVERTS[f.kind] for f in fields]
+        self._converts = [_convert(f.kind, t) for f, t in zip(fields, row_schema.types)]
         self._defaults = [None if f.default is None else pa.scalar(f.default, t)
                           for f, t in zip(fields, row_schema.types)]
 
@@ -157,12 +177,46 @@ class BatchReader:
                 converted = array.cast(self._schema.field(f.name).type)
             else:
                 converted = convert(array)
-            if converted is None or f.kind == "number" and _integer_minus_zero(converted, joined):
+            if converted is None:
+                return None
+            numbers = converted if f.kind == "number" else pc.list_flatten(converted) \
+                if _items(f.kind) in (("number", False), ("number", True)) else None
+            if numbers is not None and _integer_minus_zero(numbers, joined):
                 return None
             if default is not None and converted.null_count:
                 converted = converted.fill_null(default)
             columns.append(converted)
         return pa.Table.from_arrays(columns, schema=self._schema)
+
+
+def _json_type(kind: str) -> pa.DataType:
+    """The type the reader reads a kind's values as: every string kind as a string."""
+    items = _items(kind)
+    if items is not None:
+        return pa.list_(_JSON_TYPES.get(items[0], pa.string()))
+    return _JSON_TYPES.get(kind, pa.string())
+
+
+def _convert(kind: str, arrow_type: pa.DataType) -> Convert:
+    """A kind's conversion to the column of `arrow_type`; an array's converts its items as their kind's."""
+    items = _items(kind)
+    if items is None:
+        return _CONVERTS[kind]
+    convert_item, nullable = _CONVERTS[items[0]], items[1]
+
+    def convert(array: pa.Array) -> pa.Array | None:
+        values = pc.list_flatten(array)  # the items of the arrays that are not null
+        if values.null_count and not nullable:
+            return None  # a null item the items' schema refuses
+        converted = values.cast(arrow_type.value_type) if len(values) == values.null_count else convert_item(values)
+        if converted is None:
+            return None
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()),
+                                    pc.cumulative_sum(pc.list_value_length(array).fill_null(0)).cast(pa.int32())])
+        return pa.ListArray.from_arrays(offsets, converted, type=arrow_type,
+                                        mask=array.is_null() if array.null_count else None)
+
+    return convert
 
 
 def _framed(joined: bytes, payloads: list[bytes]) -> bool:

@@ -48,6 +48,10 @@ EVERY_KIND = {
     "ds": {"type": "string", "default": "none"},  # optional with a default, null refused
     "dn": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": 7},  # null allowed, absent: 7
     "email": {"type": "string", "format": "email"},  # a format lakesink does not read: a string
+    "as": {"type": "array", "items": {"type": "string"}},  # items never null
+    "an": {"type": ["array", "null"], "items": {"type": ["number", "null"]}},  # null allowed, and among the items
+    "ats": {"type": "array", "items": {"type": "string", "format": "date-time"}},
+    "ai": {"type": "array", "items": {"type": "integer"}, "default": [1, 2]},  # absent: [1, 2]
 }
 REQUIRED = ("i", "n", "rn")
 
@@ -85,9 +89,15 @@ OPEN, CLOSED = Writer(object_schema(EVERY_KIND, REQUIRED)), Writer(object_schema
 
 
 def bit_for_bit(table: pa.Table) -> pa.Table:
-    """The table with its double columns as their bits: -0.0 compared exactly."""
-    columns = [c.combine_chunks() for c in table.columns]
-    columns = [c.view(pa.uint64()) if pa.types.is_floating(c.type) else c for c in columns]
+    """The table with its doubles, in arrays too, as their bits: -0.0 compared exactly."""
+    columns = []
+    for column in (c.combine_chunks() for c in table.columns):
+        if pa.types.is_floating(column.type):
+            column = column.view(pa.uint64())
+        elif pa.types.is_list(column.type) and pa.types.is_floating(column.type.value_type):
+            column = pa.ListArray.from_arrays(column.offsets, column.values.view(pa.uint64()),
+                                              mask=column.is_null() if column.null_count else None)
+        columns.append(column)
     return pa.Table.from_arrays(columns, names=table.column_names)
 
 
@@ -153,6 +163,8 @@ GOOD = {
     "d": st.dates().map(dt.date.isoformat),
     "t": edges(["00:00:00", "23:59:59.999999", "12:00:00+05:30", "00:30:00.1-01:00"], clock_text(False)),
     "oi": INT64, "rn": FINITE, "ds": SAFE_TEXT, "dn": INT64, "email": SAFE_TEXT,
+    "as": st.lists(SAFE_TEXT, max_size=4), "an": st.lists(st.one_of(FINITE, INT64), max_size=4),
+    "ats": st.lists(date_time_text(), max_size=3), "ai": st.lists(INT64, max_size=3),
 }
 """Values each field's schema takes (every one of them not null: see `good_rows`)."""
 
@@ -168,6 +180,9 @@ BAD = {
     "d": ["2023-02-29", "0000-01-01", "2024-1-01", "20240101", "2024-01-01T00:00:00Z", "٢٠٢٤-01-01", 1, None],
     "t": ["24:00:00", "23:59:60", "12:00:00+24:00", "12:60:00", "1:00:00", "12:00", "12:00:00.", 0, None],
     "oi": [None, 1.0, "x"], "rn": [None, "x"], "ds": [None, 1], "dn": [None, 2.0, "x"], "email": [None, 0],
+    "as": [[None], [1], "x", None, [["x"]], ["a", None]], "an": [["x"], [True], "1", [[1.5]], [None, 1.5], None],
+    "ats": [["2024-02-30T00:00:00Z"], ["2024-01-01"], [None], None, ["2024-01-01T00:00:00Z", 5]],
+    "ai": [[1.0], [None], None, [1 << 63], ["1"], [-0.0]],
 }
 """Values the per-record path refuses or reads with a conversion of its own (1.0 in an integer column), and nulls."""
 
@@ -287,6 +302,8 @@ ODD = [
     b'{"i": -0, "n": -0, "rn": 0.1000000000000000055511151231257827021181583404541015625}',
     b'{"i": 9223372036854775807, "n": 9007199254740993, "rn": 123456789012345678901234567890}',
     b'{"i": 1, "n": 2.5, "rn": 0.25, "ts": "2024-01-01T00:00:00.123456789+23:59"}',
+    b'{"i": 1, "n": 2.5, "rn": 0.25, "an": [1.5, -0]}', b'{"i": 1, "n": 2.5, "rn": 0.25, "ai": [1, -0]}',
+    b'{"i": 1, "n": 2.5, "rn": 0.25, "ai": [1.0]}', b'{"i": 1, "n": 2.5, "rn": 0.25, "as": ["a", "\ud800"]}',
 ]
 
 
@@ -303,16 +320,28 @@ def test_a_number_beyond_a_double_is_a_record_error_of_its_field():
         OPEN.one_by_one([b'{"i": 1, "n": 1' + b"0" * 400 + b', "rn": 0.25}'])
 
 
+def test_null_items_are_taken_where_the_items_allow_null():
+    """A null item is null in both paths where the items' schema allows null (no field absent with a default: a
+    `null` literal in a payload leaves such a field's absence unproven)."""
+    writer = Writer(object_schema({"id": {"type": "integer"}, "an": EVERY_KIND["an"], "as": EVERY_KIND["as"]}, ["id"]))
+    payloads = writer.payloads([{"id": 1, "an": [None, 1.5, None], "as": ["x"]}, {"id": 2, "an": None, "as": []},
+                                {"id": 3, "an": [], "as": MISSING}])
+    assert same_or_refused(writer, payloads) is not None
+    assert same_or_refused(writer, writer.payloads([{"id": 1, "an": [], "as": ["x", None]}])) is None
+
+
 def test_an_empty_batch_is_refused():
     assert OPEN.writer.read_many([]) is None
 
 
 @pytest.mark.parametrize("node", [
-    {"type": "object", "properties": {"x": {"type": "integer"}}}, {"type": "array", "items": {"type": "string"}},
+    {"type": "object", "properties": {"x": {"type": "integer"}}},
+    {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+    {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}},
     {"type": "object", "additionalProperties": {"type": "integer"}}, {"type": ["integer", "string"]}, {},
     {"oneOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "array"},
 ])
-def test_schemas_beyond_flat_scalars_have_no_batch_reader(node):
+def test_schemas_beyond_flat_scalars_and_their_arrays_have_no_batch_reader(node):
     assert Writer(object_schema({"id": {"type": "integer"}, "other": node})).writer.read_many is None
 
 
