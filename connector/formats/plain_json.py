@@ -398,12 +398,12 @@ def _outvoted(lines: list[bytes], held: pa.Schema | None) -> dict[int, tuple[str
         except (ValueError, RecursionError):
             pass
         kinds.pop(f"\0{kind_of({})}", None)  # the record itself
-        paths = [key.split("\0")[0] for key in kinds]
+        paths = [key.rsplit("\0", 1)[0] for key in kinds]
         if len(set(paths)) < len(paths):  # an array of mixed kinds: no column takes it, whatever the others hold
-            kinds = {key: v for key, v in kinds.items() if paths.count(key.split("\0")[0]) == 1}
+            kinds = {key: v for key, v in kinds.items() if paths.count(key.rsplit("\0", 1)[0]) == 1}
         kinds_of.append(kinds)
         for key in kinds:
-            path, kind = key.split("\0")
+            path, kind = key.rsplit("\0", 1)
             counts = votes.setdefault(path, {})
             counts[kind] = counts.get(kind, 0) + 1
     winners = {path: max(counts, key=counts.__getitem__) for path, counts in votes.items() if len(counts) > 1}
@@ -412,7 +412,7 @@ def _outvoted(lines: list[bytes], held: pa.Schema | None) -> dict[int, tuple[str
     out: dict[int, tuple[str, str]] = {}
     for j, kinds in enumerate(kinds_of):
         for key, (shown, value) in kinds.items():
-            path, kind = key.split("\0")
+            path, kind = key.rsplit("\0", 1)
             winner = winners.get(path)
             if winner is not None and kind != winner:
                 count, total = votes[path][winner], sum(votes[path].values())

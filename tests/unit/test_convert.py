@@ -607,6 +607,16 @@ def test_two_kinds_of_similar_size_the_column_takes_the_most_and_every_record_is
     assert rows == {100 + i: records[i] for i in range(201) if not i % 2}
 
 
+def test_a_field_name_holding_a_nul_character_is_outvoted_like_any_other():
+    """The votes on a field's kind key each field by its path and kind with a NUL between them: a name that holds a
+    NUL itself (JSON allows it, escaped) is counted, not a crash of the converter."""
+    records = [{"a\u0000b": {"c": i}} if i % 3 else {"a\u0000b": {"c": f"s{i}"}} for i in range(30)]
+    schema, rows, failures = sink_batch([json.dumps(r).encode() for r in records])
+    assert schema.field("a\u0000b").type == pa.struct([pa.field("c", pa.int64())])
+    assert {o - 100 for o in failures} == {i for i in range(30) if not i % 3}
+    assert len(rows) == 20
+
+
 def test_a_batch_whose_first_record_is_outvoted_waits_once_for_a_table_another_partition_may_make():
     values = [js(x="seven")] + [js(x=i) for i in range(1, 50)]
     converter = Converter()
