@@ -319,8 +319,7 @@ class _Record(_Node):
         return {"type": "record", "name": names[-1], "fields": fields}
 
     def measure(self, array, valid, start, raw):
-        if valid is None and array.null_count:
-            valid = array.is_valid()  # the record's own nulls: only under a union with null (`_Nullable`)
+        _required(array, valid)  # its own nulls only under a union with null, which gives `valid`
         return _fields_size(self.children, [array.field(i) for i in range(len(self.children))], valid, start, raw)
 
     def convert(self, array):
