@@ -229,8 +229,7 @@ class EnvelopeBatch:
         table = writer.read_many(payloads)
         if table is None:
             return None
-        plain = pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
-                        table.column("after").is_valid()).to_pylist()
+        plain = _upserts(table).to_pylist()
         left = [i for i, flag in zip(numbers, plain) if not flag]
         taken = [i for i, flag in zip(numbers, plain) if flag]
         if not taken:
@@ -267,8 +266,7 @@ class EnvelopeBatch:
         table = decoder.read_batch(joined, count)
         if table is None:
             return None
-        plain = pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
-                        table.column("after").is_valid())
+        plain = _upserts(table)
         table = table.filter(plain)
         rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
         for column in rows.columns:
@@ -391,6 +389,12 @@ def _ints(array: pa.Array, field: str, path: str, column: str) -> list[Any]:
     if pa.types.is_integer(array.type) and array.type != pa.uint64():
         return values
     return [event_int({field: v}, field, path, column) for v in values]
+
+
+def _upserts(table: pa.Table) -> pa.ChunkedArray:
+    """Which typed events are creates, updates or reads with an `after` (the rows the batch path stages)."""
+    return pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
+                   table.column("after").is_valid())
 
 
 def _text_or_bytes(kind: pa.DataType) -> bool:
