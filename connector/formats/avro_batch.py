@@ -46,6 +46,7 @@ from connector.formats.connect import TIME_TEXT, TIMESTAMP_NTZ, TIMESTAMP_UTC, C
 from connector.formats.connect_types import compile_schema
 from connector.formats.problems import Problem
 from connector.formats.wire import RegistryFormat, WriterSchema
+from connector.schema.algebra import table_of
 
 _SYNC = b"lakesink.avro.16"
 """The container's sync marker (any 16 bytes: the block is framed by its length)."""
@@ -134,8 +135,8 @@ class BatchReader:
         size = _fields_size(root.children, arrays, None, starts, raw)
         if not pc.all(pc.equal(pc.add(starts, size), ends)).as_py():
             return None
-        return pa.Table.from_arrays([child.convert(array) for child, array in zip(root.children, arrays)],
-                                    schema=self._schema)
+        return table_of([child.convert(array) for child, array in zip(root.children, arrays)], self._schema,
+                        len(lengths))
 
 
 def _node(node: Any, types: dict[str, Any], records: tuple[str, ...]) -> _Node:

@@ -39,6 +39,7 @@ from connector.formats.problems import (  # noqa: F401 - NOT_WRAPPED, WRAPPED: t
     WRAPPED,
     Problem,
 )
+from connector.schema.algebra import concat_rows, table_of, take_rows
 
 
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -165,7 +166,9 @@ class Decoder:
         return pa.schema([pa.field(name, child.arrow_type) for name, child in self.children])
 
     def rows(self, values: list[dict[str, Any]]) -> pa.Table:
-        """A table of rows to_value made."""
+        """A table of rows to_value made (one per value when the struct has no field, as a row has its meta data)."""
+        if not self.children:
+            return table_of([], self.row_schema(), len(values))
         return pa.Table.from_pylist(values, schema=self.row_schema())
 
     def read_batch(self, payloads: bytes, count: int) -> pa.Table | None:
@@ -187,7 +190,7 @@ class Decoder:
                     return None
                 read_columns.append(column)
                 columns.append(child.decode(column))
-            decoded = pa.Table.from_arrays(columns, schema=self.row_schema())
+            decoded = table_of(columns, self.row_schema(), count)
             unsure = _defaulted_nulls(self, pa.StructArray.from_arrays(read_columns, fields=list(self.json_type)))
             if unsure is None or not pc.any(unsure).as_py():
                 return decoded
@@ -200,8 +203,8 @@ class Decoder:
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, Problem, ValueError, OverflowError):
             return None
         order = [row for row, flag in enumerate(flags) if not flag] + rows
-        merged = pa.concat_tables([decoded.filter(pc.invert(unsure)), fixed])
-        return merged.take(pa.array(sorted(range(count), key=order.__getitem__), pa.int64()))
+        merged = concat_rows([decoded.filter(pc.invert(unsure)), fixed])
+        return take_rows(merged, pa.array(sorted(range(count), key=order.__getitem__), pa.int64()))
 
 
 def _required_null(decoder: Decoder, array: pa.Array) -> bool:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connector.formats.problems import NEW_FIELD, TYPE_MISMATCH
+from connector.schema.algebra import table_of, take_rows
 
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
 
@@ -177,7 +178,7 @@ def fit(batch: pa.Table, held: pa.Schema | None, open_: bool, whose: str, widen:
         return Fitted(None, [], result, errors)
     table = batch.drop_columns(drop) if drop else batch
     if errors:
-        table = table.take(pa.array(kept, pa.int64()))
+        table = take_rows(table, pa.array(kept, pa.int64()))
     return Fitted(cast_to(table, result), kept, result, errors)
 
 
@@ -191,4 +192,4 @@ def cast_to(table: pa.Table, schema: pa.Schema) -> pa.Table:
         if not column.type.equals(f.type):
             column = column.cast(f.type)
         columns.append(column)
-    return pa.Table.from_arrays(columns, schema=schema)
+    return table_of(columns, schema, table.num_rows)

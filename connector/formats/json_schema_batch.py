@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from connector.formats.connect import TIME_TEXT, TIMESTAMP_UTC
+from connector.schema.algebra import table_of
 
 KINDS = ("integer", "number", "boolean", "string", "date-time", "date", "time")
 """What a property may be for its schema to take this path (json_schema.py names its scalar decoders so), or an
@@ -186,7 +187,7 @@ class BatchReader:
             if default is not None and converted.null_count:
                 converted = converted.fill_null(default)
             columns.append(converted)
-        return pa.Table.from_arrays(columns, schema=self._schema)
+        return table_of(columns, self._schema, table.num_rows)
 
 
 def _json_type(kind: str) -> pa.DataType:

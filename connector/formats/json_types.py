@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from connector.formats.fit import widens
 from connector.formats.problems import NEW_FIELD, TYPE_MISMATCH, show
-from connector.schema.algebra import is_list
+from connector.schema.algebra import is_list, table_of
 from connector.schema.names import plain_refused, sanitized
 
 EXACT = 1 << 53
@@ -141,6 +141,12 @@ def has_timestamp(kind: pa.DataType) -> bool:
     return is_list(kind) and has_timestamp(kind.value_type)
 
 
+def has_list(kind: pa.DataType) -> bool:
+    if is_list(kind):
+        return True
+    return pa.types.is_struct(kind) and any(has_list(f.type) for f in kind)
+
+
 def as_strings(schema: pa.Schema) -> pa.Schema:
     """`schema` with every timestamp the reader inferred parsed as the string it was (its zone is lost otherwise)."""
     def strings(kind: pa.DataType) -> pa.DataType:
@@ -165,8 +171,8 @@ def settle(table: pa.Table, held: pa.Schema | None, rules: Rules) -> tuple[pa.Ta
     fields = _fields(named, list(held) if held is not None else [], "", None, table.num_rows, rules)
     schema = pa.schema([f for f, _ in fields], metadata=held.metadata if held is not None else None)
     if not fields:  # no field of the batch has a type yet: rows without columns (the _kafka_* ones follow)
-        return table.select([]), schema
-    return pa.Table.from_arrays([a for _, a in fields], schema=schema), schema
+        return table_of([], schema, table.num_rows), schema
+    return table_of([a for _, a in fields], schema, table.num_rows), schema
 
 
 def _whole(column: pa.ChunkedArray) -> pa.Array:

@@ -42,13 +42,14 @@ from connector.formats.json_types import (
     big_ints,
     check_schema,
     grow_extents,
+    has_list,
     has_timestamp,
     long_numbers,
     parse_schema,
     rounded,
     settle,
 )
-from connector.schema.algebra import conform, is_list
+from connector.schema.algebra import concat_rows, conform, is_list, take_rows
 from connector.schema.columns import META_PREFIX
 
 _Check = Callable[[Any], "tuple[str, list[str], Any] | None"]
@@ -169,7 +170,7 @@ class JsonRows:
             self._slow(piece_lines, piece_index, tables, converted, rejected, tried=len(pieces) == 1)
         if not tables:
             return None, []
-        return pa.concat_tables([conform(t, self.schema) for t in tables]), converted
+        return concat_rows([conform(t, self.schema) for t in tables]), converted
 
     def _slow(
         self,
@@ -282,7 +283,7 @@ class JsonRows:
         if rules.bad:
             refused.update((index[j], error) for j, error in rules.bad.items())
             keep = [j for j in range(len(lines)) if j not in rules.bad]
-            table = table.take(pa.array(keep, pa.int64()))
+            table = take_rows(table, pa.array(keep, pa.int64()))
             index = [index[j] for j in keep]
         rejected.update(refused)
         grow_extents(table, rules)
@@ -296,13 +297,18 @@ class JsonRows:
         )
         try:
             if self.schema is None:
+                explicit = None
                 table = pj.read_json(pa.BufferReader(joined), read_options)
             else:
-                options = pj.ParseOptions(explicit_schema=parse_schema(self.schema, rules),
-                                          unexpected_field_behavior="infer")
+                explicit = parse_schema(self.schema, rules)
+                options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
                 table = pj.read_json(pa.BufferReader(joined), read_options, options)
-            if any(has_timestamp(f.type) for f in table.schema):
-                # the reader's own timestamps drop the zone: read those values again as the strings they are
+            # read again with the types the reader inferred, given: its own timestamps drop the zone (read as the
+            # strings they are), and an array it typed from its items loses the nulls before the first typed one
+            # ([null, 1] reads as [1] in an array that no longer holds together), which a given type keeps
+            inferred_lists = (explicit is None or not table.schema.equals(explicit)) and \
+                any(has_list(f.type) for f in table.schema)
+            if inferred_lists or any(has_timestamp(f.type) for f in table.schema):
                 options = pj.ParseOptions(explicit_schema=as_strings(table.schema), unexpected_field_behavior="infer")
                 table = pj.read_json(pa.BufferReader(joined), read_options, options)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:

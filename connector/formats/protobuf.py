@@ -51,6 +51,7 @@ from connector.formats.connect import (
 )
 from connector.formats.problems import INVALID_SCHEMA, MALFORMED_PAYLOAD, SCHEMA_MISMATCH, Problem
 from connector.formats.wire import RegistryFormat, WriterSchema, references
+from connector.schema.algebra import table_of
 
 TIMESTAMP = "google.protobuf.Timestamp"
 DURATION = "google.protobuf.Duration"
@@ -147,7 +148,7 @@ def read_table(writer: WriterSchema, payloads: list[bytes]) -> pa.Table | None:
     if not chunks:
         return decoder.row_schema().empty_table()
     struct = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
-    return pa.Table.from_arrays(struct.flatten(), schema=decoder.row_schema())
+    return table_of(struct.flatten(), decoder.row_schema(), len(struct))
 
 
 PROTOBUF = RegistryFormat("protobuf", "PROTOBUF", compile_protobuf, takes_row=False,

@@ -100,6 +100,29 @@ def is_list(kind: pa.DataType) -> bool:
     return pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
+def table_of(columns: list, schema: pa.Schema, rows: int) -> pa.Table:
+    """`pa.Table.from_arrays(columns, schema=schema)` of `rows` rows: from no columns pyarrow makes a table of no
+    rows, and a record without fields is still a row (its meta data columns are added to it)."""
+    if columns:
+        return pa.Table.from_arrays(columns, schema=schema)
+    # built with its metadata: replace_schema_metadata on a table without columns gives one of no rows too
+    return pa.table({"rows": pa.nulls(rows)}, pa.schema([("rows", pa.null())], schema.metadata)).drop_columns("rows")
+
+
+def take_rows(table: pa.Table, indices: pa.Array | list[int]) -> pa.Table:
+    """`table.take(indices)`, which gives no rows from a table without columns."""
+    if table.num_columns:
+        return table.take(indices)
+    return table_of([], table.schema, len(indices))
+
+
+def concat_rows(tables: list[pa.Table]) -> pa.Table:
+    """`pa.concat_tables(tables)`, which gives no rows from tables without columns."""
+    if tables[0].num_columns:
+        return pa.concat_tables(tables)
+    return table_of([], tables[0].schema, sum(t.num_rows for t in tables))
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with exactly `schema`'s columns, in its order: missing (nullable) columns as nulls, others
     cast safely (no truncation, no overflow, no dropped struct fields; an int64 column widened to double
@@ -129,7 +152,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
                 raise IncompatibleSchemas(f"column '{field.name}' cannot be cast to {field.type}: {error}") from None
         columns.append(column)
-    return pa.Table.from_arrays(columns, schema=schema)
+    return table_of(columns, schema, table.num_rows)
 
 
 def _lossy(source: pa.DataType, target: pa.DataType, path: str) -> str | None:

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from connector.schema.algebra import table_of
+
 COLUMN_MAPPING_PROPERTIES = {"delta.columnMapping.mode": "name"}
 """The table properties of a new table whose names Delta's plain mode refuses; Delta gives the table the protocol
 they need (reader 2, and writer 5 or, as delta-spark 4.4 does, writer 7 with the columnMapping feature)."""
@@ -71,7 +73,7 @@ def sanitized_table(table: pa.Table) -> pa.Table:
     columns = [column if column.type.equals(f.type) else
                pa.chunked_array([chunk.view(f.type) for chunk in column.chunks], type=f.type)
                for column, f in zip(table.columns, target)]
-    return pa.Table.from_arrays(columns, schema=target)
+    return table_of(columns, target, table.num_rows)
 
 
 def field_paths(schema: pa.Schema) -> Iterator[tuple[str, ...]]:

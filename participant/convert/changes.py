@@ -23,6 +23,7 @@ from connector.formats.problems import (
     Problem,
     kind_of,
 )
+from connector.schema.algebra import table_of
 from connector.schema.names import sanitized
 from connector.upsert import (
     ABSENT,
@@ -59,7 +60,7 @@ def _rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     """A table of `rows`, one per row even when the schema has no field (a truncate's row): `from_pylist` makes a
     table of no rows of an empty schema."""
     if not len(schema):
-        return pa.Table.from_struct_array(pa.array(rows, pa.struct([])))
+        return table_of([], schema, len(rows))
     return pa.Table.from_pylist(rows, schema=schema)
 
 

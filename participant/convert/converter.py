@@ -24,6 +24,7 @@ from connector.formats.problems import (
     RECORD_TOO_LARGE,
 )
 from connector.formats.registry import FORMATS, RegistryReader
+from connector.schema.algebra import take_rows
 from connector.schema.columns import HEADER_FIELDS, header_column
 from connector.schema.layout import Transform
 from connector.schema.names import PLAIN_REFUSED
@@ -278,7 +279,7 @@ class Converter:
                 order = range(n) if kept is None else kept
                 rows = [j for j, i in enumerate(order) if i < cut]
                 kept = [i for i in order if i < cut]
-                data = data.take(pa.array(rows, pa.int64())) if rows else None
+                data = take_rows(data, pa.array(rows, pa.int64())) if rows else None
             n = cut
         if data is not None and self._generated:
             data, kept = self._held_to_layout(data, kept, rejected)
@@ -362,7 +363,7 @@ class Converter:
             rejected[order[row]] = error
         rows = [row for row in range(data.num_rows) if row not in failed]
         if failed:
-            data, kept = data.take(pa.array(rows, pa.int64())), [order[row] for row in rows]
+            data, kept = take_rows(data, pa.array(rows, pa.int64())), [order[row] for row in rows]
         if dropped:
             data = data.drop_columns(sorted(set(dropped)))
             held = self._rows.schema

@@ -17,6 +17,7 @@ from connector.formats.fit import cast_to, fit, never, widens
 from connector.formats.json_types import INVALID_NAME
 from connector.formats.plain_json import JsonRows, kept_indices, true_indices, utf8_problem
 from connector.formats.problems import INVALID_UTF8, NOT_AN_OBJECT, NULL_VALUE, RESERVED_FIELD, TYPE_MISMATCH, Problem
+from connector.schema.algebra import concat_rows, take_rows
 from connector.schema.names import case_clashes, field_paths, plain_refused, sanitized_table
 from connector.schema.widening import arrow_widens
 from participant.convert.scope import Scope
@@ -139,10 +140,10 @@ class TypedFit:
                 order.extend(index[row] for row in fitted.kept)
         if not tables:
             return None, []
-        data = pa.concat_tables([cast_to(t, self._rows.schema) for t in tables])
+        data = concat_rows([cast_to(t, self._rows.schema) for t in tables])
         if len(tables) > 1:
             permutation = sorted(range(len(order)), key=order.__getitem__)
-            data = data.take(pa.array(permutation, pa.int64()))
+            data = take_rows(data, pa.array(permutation, pa.int64()))
             order = [order[p] for p in permutation]
         return data, order
 

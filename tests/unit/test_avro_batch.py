@@ -602,3 +602,22 @@ def test_decimals_of_connects_default_precision_64_read_the_same_with_the_batch_
                      "priced": pa.decimal128(12, 2)}
     kept = [row for i, row in enumerate(rows) if not bad or i not in (7, 11)]
     assert fast.table.select(["id", "amount", "whole", "priced"]).to_pylist() == kept
+
+
+@pytest.mark.parametrize("batch", [True, False], ids=["batch path", "record by record"])
+def test_records_of_a_schema_without_fields_are_rows(batch):
+    """Avro allows a record of no field; AvroSerializer writes it as the wire header alone. Each is a row (its meta
+    data columns hold it), alone, beside a record error and beside another schema's records: pyarrow makes a table
+    without columns of no rows from its arrays, its take and its concat."""
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    empty = AvroSerializer(client, json.dumps(record(name="Empty")), conf={"auto.register.schemas": True})
+    other = AvroSerializer(client, json.dumps(record(("x", "long"), name="Empty")),
+                           conf={"auto.register.schemas": True})
+    values = [empty({}, VALUE), b"\x00\x00", empty({}, VALUE), other({"x": 1}, VALUE), empty({}, VALUE)]
+    fmt = AVRO if batch else dataclasses.replace(AVRO, batch=None)
+    alone = _convert(client, [values[0], values[2], values[4]], fmt)
+    assert alone.failures == [] and alone.table.column("_kafka_offset").to_pylist() == [0, 1, 2]
+    result = _convert(client, values, fmt)
+    assert [f.offset for f in result.failures] == [1]
+    assert result.table.column("_kafka_offset").to_pylist() == [0, 2, 3, 4]
+    assert result.table.column("x").to_pylist() == [None, None, 1, None]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from connector.formats import connect
 from connector.formats.connect_wrapper import DecoderCache
 from participant.convert import Converter
-from testkit.connect_records import arrow_rows, expected_row, records, same
+from testkit.connect_records import arrow_rows, connect_rows, expected_row, records, same
 
 
 def _append():
@@ -223,3 +223,19 @@ def test_pretty_reordered_and_minified_records_give_the_rows_of_the_converters_o
     assert _mismatches(arrow_rows(other.table), arrow_rows(compact.table)) == []
     columns = dict.fromkeys(compact.table.column_names)  # the flat records' rows: null in the maps' columns
     assert _mismatches(arrow_rows(compact.table), [{**columns, **expected_row(r)} for r in good]) == []
+
+
+def test_structs_without_fields_are_rows_beside_other_schemas_and_record_errors():
+    """Kafka's JsonConverter writes a struct of no field as `{"schema": {"fields": [], ...}, "payload": {}}`: each is
+    a row (its meta data columns hold it), whether its batch is read whole or beside a record error and another
+    schema's records, where pyarrow's take and concat would give a table without columns no row."""
+    empty = connect_rows([], [{}, {}, {}])
+    other = connect_rows([("id", "long")], [{"id": 7}])
+    values = [empty[0], b"not json", empty[1], other[0], empty[2]]
+    result = Converter(value_schemas=True, allow_new_fields=True).convert_raw(
+        "reference", 0, list(range(len(values))), [0] * len(values), [None] * len(values), values)
+    assert [f.offset for f in result.failures] == [1]
+    assert result.table.column("_kafka_offset").to_pylist() == [0, 2, 3, 4]
+    assert result.table.column("id").to_pylist() == [None, None, 7, None]
+    whole = Converter(value_schemas=True).convert_raw("reference", 0, [0, 1, 2], [0] * 3, [None] * 3, empty)
+    assert whole.failures == [] and whole.table.column("_kafka_offset").to_pylist() == [0, 1, 2]
