@@ -141,10 +141,14 @@ def has_timestamp(kind: pa.DataType) -> bool:
     return is_list(kind) and has_timestamp(kind.value_type)
 
 
-def has_list(kind: pa.DataType) -> bool:
+def inferred_list(kind: pa.DataType, given: pa.DataType | None) -> bool:
+    """Whether the reader typed an array of `kind` itself: `given` (the type it was given, None: none) lacks it."""
     if is_list(kind):
-        return True
-    return pa.types.is_struct(kind) and any(has_list(f.type) for f in kind)
+        return given is None or not is_list(given) or inferred_list(kind.value_type, given.value_type)
+    if not pa.types.is_struct(kind):
+        return False
+    given_fields = {f.name: f.type for f in given} if given is not None and pa.types.is_struct(given) else {}
+    return any(inferred_list(f.type, given_fields.get(f.name)) for f in kind)
 
 
 def as_strings(schema: pa.Schema) -> pa.Schema:

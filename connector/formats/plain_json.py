@@ -42,7 +42,7 @@ from connector.formats.json_types import (
     big_ints,
     check_schema,
     grow_extents,
-    has_list,
+    inferred_list,
     has_timestamp,
     long_numbers,
     parse_schema,
@@ -306,9 +306,8 @@ class JsonRows:
             # read again with the types the reader inferred, given: its own timestamps drop the zone (read as the
             # strings they are), and an array it typed from its items loses the nulls before the first typed one
             # ([null, 1] reads as [1] in an array that no longer holds together), which a given type keeps
-            inferred_lists = (explicit is None or not table.schema.equals(explicit)) and \
-                any(has_list(f.type) for f in table.schema)
-            if inferred_lists or any(has_timestamp(f.type) for f in table.schema):
+            given = pa.struct(explicit) if explicit is not None else None
+            if inferred_list(pa.struct(table.schema), given) or any(has_timestamp(f.type) for f in table.schema):
                 options = pj.ParseOptions(explicit_schema=as_strings(table.schema), unexpected_field_behavior="infer")
                 table = pj.read_json(pa.BufferReader(joined), read_options, options)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:

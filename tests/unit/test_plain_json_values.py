@@ -126,3 +126,14 @@ def test_a_record_whose_fields_have_no_type_is_a_row_beside_a_record_error():
     result = Converter().convert_raw("t", 0, [0, 1], [0, 0], [None, None], lines)
     assert [f.offset for f in result.failures] == [1]
     assert result.table.column("_kafka_offset").to_pylist() == [0]
+
+
+def test_a_new_array_beside_the_held_schema_keeps_its_nulls():
+    """An array in a field the held schema lacks, at the top or within a struct it has, is typed by the reader."""
+    converter = Converter()
+    converter.convert_raw("t", 0, [0], [0], [None], [b'{"id": 1, "s": {"b": 1}}'])
+    lines = [b'{"id": 2, "s": {"b": 2, "c": [null, 3]}, "t": [null, "x"]}']
+    result = converter.convert_raw("t", 0, [1], [0], [None], lines)
+    assert result.failures == []
+    assert result.table.column("s").to_pylist() == [{"b": 2, "c": [None, 3]}]
+    assert result.table.column("t").to_pylist() == [[None, "x"]]
