@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka.schema_registry.protobuf import _init_pool, _resolve_named_schema, _str_to_proto
 from confluent_kafka.serialization import SerializationError
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import DecodeError, Message
@@ -169,7 +170,8 @@ def _descriptor(schema: Any, client: Any, indexes: tuple[int, ...]) -> Descripto
     try:
         _resolve_named_schema(schema, references(client), pool)  # a registry failure: registry_failure's reading
         file = _str_to_proto("default", text)
-        pool.Add(file)
+        if not _held(pool, file):
+            pool.Add(file)
     except (SerializationError, DecodeError, TypeError, ValueError, KeyError) as error:
         raise Problem(INVALID_SCHEMA, f"the Protobuf writer schema cannot be loaded: {error}") from None
     where = f"message indexes {list(indexes)} of the Protobuf writer schema"
@@ -184,6 +186,22 @@ def _descriptor(schema: Any, client: Any, indexes: tuple[int, ...]) -> Descripto
             raise Problem(MALFORMED_PAYLOAD, f"the framing names {where}, which has no such message")
         descriptor = nested[index]
     return descriptor
+
+
+def _held(pool: DescriptorPool, file: FileDescriptorProto) -> bool:
+    """Whether the pool holds `file` already: a well-known type's own file registered as a writer schema (a value
+    of google.protobuf.Timestamp, say), which the pool starts with; adding it again is a duplicate symbol."""
+    if not file.message_type:
+        return False
+    name = f"{file.package}.{file.message_type[0].name}" if file.package else file.message_type[0].name
+    try:
+        held = pool.FindFileContainingSymbol(name)
+    except KeyError:
+        return False
+    proto = FileDescriptorProto()
+    held.CopyToProto(proto)
+    proto.name = file.name
+    return proto == file
 
 
 # --- decoders -----------------------------------------------------------------------------------------------

@@ -431,3 +431,19 @@ def test_the_types_are_delta_legal(client, shop, tmp_path):
     types = {f["name"]: f["type"] for f in json.loads(delta.schema().to_json())["fields"]}
     assert (types["u64"], types["u32"], types["ts"], types["day"], types["dur"], types["status"]) == \
         ("decimal(20,0)", "long", "timestamp", "date", "long", "string")
+
+
+def test_a_well_known_type_as_the_writer_schema_itself_is_read(client):
+    """ProtobufSerializer registers a value of a well-known type (google.protobuf.Timestamp, a wrapper, Empty) with
+    that type's own file as the schema, which every descriptor pool already holds: its messages are rows, and Empty's
+    a row of no field (the meta data columns hold it)."""
+    from google.protobuf import empty_pb2, timestamp_pb2, wrappers_pb2
+
+    _, row = decode(client, timestamp_pb2.Timestamp(seconds=1_700_000_000, nanos=123_000), "times")
+    assert row == {"seconds": 1_700_000_000, "nanos": 123_000}
+    _, row = decode(client, wrappers_pb2.Int64Value(value=-5), "counts")
+    assert row == {"value": -5}
+    schema_id, indexes, payload = produce(client, empty_pb2.Empty(), "pings")
+    writer = compile_protobuf(client.get_schema(schema_id, fmt="serialized"), client, tuple(indexes))
+    row = writer.decoder.to_value(writer.read(payload), "")
+    assert row == {} and writer.decoder.rows([row, row]).num_rows == 2
