@@ -3,6 +3,8 @@ last truncate deletes (`truncation`), given what a primary-key change's old key 
 collapsed to one change per key (`source`), by the rules of docs/ARCHITECTURE.md, "The keyed-write rules"."""
 from __future__ import annotations
 
+import logging
+
 from connector.formats.debezium import ORIGIN_MARK
 from connector.schema.columns import META_COLUMNS, OFFSET, PARTITION, TIMESTAMP, TOPIC
 from connector.schema.names import quote as _q
@@ -21,6 +23,8 @@ from connector.table.merge_plan import (
     with_soft_delete_columns,
 )
 from connector.upsert import ABSENT, DELETE_MARKER, OLD_KEY, SOFT_DELETED
+
+log = logging.getLogger(__name__)
 
 
 def truncation(df, plan: MergePlan) -> tuple[object, Truncation | None]:
@@ -61,14 +65,23 @@ OLD_KEY_PASSES = 16
 changes within the txn (a key that was itself made by a key change in the same txn)."""
 
 
-def from_old_keys(df, plan: MergePlan, table=None):
+OLD_KEY_VERSIONS = 10
+"""How many of the table's versions before its newest `from_old_keys` looks back into for an old key's row: a key
+change's delete is committed before its create when the two come in different txns (Debezium sends a database
+transaction's events in more than one poll; the old and the new key may be in different partitions), mostly one
+version back (compactions add versions between)."""
+
+
+def from_old_keys(df, plan: MergePlan, table=None, earlier=()):
     """The staged changes `df` where a Debezium create that replaces another key (`OLD_KEY`, a primary-key change)
     carries, for each column it does not (`ABSENT`: the unavailable-value placeholder), the value the old key's
     row held just before this change (docs/ARCHITECTURE.md, "The keyed-write rules"): as the txn's changes of the
     old key before it left it (folded in position order, as `source` folds them), else as the table's row of the
     old key holds it (`table`, a DataFrame; None: no table yet), where that row is live, older than the change and
-    not deleted by a truncate of the txn before it. A column neither gives stays absent. Unchanged without such a
-    change."""
+    not deleted by a truncate of the txn before it, else as the newest of the table's earlier versions (`earlier`:
+    DataFrames of them, newest first, each read only while a change still lacks a value) whose row of the old key
+    is so: the row an earlier txn deleted, the old key's own delete. A column none gives stays absent (and is
+    logged). Unchanged without such a change."""
     from pyspark.sql import functions as F
 
     if plan.spec.mode != "upsert" or OLD_KEY not in df.columns or ABSENT not in df.columns or not plan.kept_columns:
@@ -78,6 +91,30 @@ def from_old_keys(df, plan: MergePlan, table=None):
     df = df.withColumn(DELETE_MARKER, F.coalesce(F.col(DELETE_MARKER), F.lit(False)))
     if df.where(_replaces_a_key()).isEmpty():
         return df
+    df = _old_key_passes(df, plan, table)
+    if table is None:
+        return df
+    looked = 0
+    for older in earlier:
+        if df.where(_replaces_a_key()).isEmpty():
+            return df
+        looked += 1
+        try:
+            df = _old_key_passes(df, plan, older)
+        except Exception as error:  # noqa: BLE001 - a version whose files are vacuumed: look no further back
+            log.info("a primary-key change's old row: an earlier version of the table cannot be read (%s)",
+                     str(error).splitlines()[0][:300])
+            break
+    lacking = df.where(_replaces_a_key()).count()
+    if lacking:
+        log.warning("%d primary-key change(s) lack a value their old key's row held: the row is in neither the txn, "
+                    "the table nor its %d version(s) before; those columns stay as a change that does not carry "
+                    "them leaves them (null in a new row)", lacking, looked)
+    return df
+
+
+def _old_key_passes(df, plan: MergePlan, table):
+    """`_old_key_pass` against `table` until a round gives nothing more."""
     for _ in range(OLD_KEY_PASSES):
         df, resolved, chained = _old_key_pass(df, plan, table)
         if not resolved or not chained:

@@ -271,6 +271,14 @@ class WritePaths:
                               f"set record.key.fields, or run every worker at this lakesink version", permanent=True)
         return keys
 
+    def _earlier_versions(self, spark):
+        """The table at each of its OLD_KEY_VERSIONS versions before the newest, newest first (DataFrames, read
+        when asked for): where a primary-key change's old row is when an earlier txn deleted it."""
+        newest = self.snapshot.version()
+        for older in range(newest - 1, max(-1, newest - 1 - merge_source.OLD_KEY_VERSIONS), -1) \
+                if newest is not None else ():
+            yield spark.read.format("delta").option("versionAsOf", older).load(self.store.root.spark_path)
+
     def _merge(self, spark, version: int, statuses: tuple[WriteStatus, ...],
                files: list[tuple[StagedFile, pa.Schema | None]], table_schema: pa.Schema | None,
                profile: TableProfile | None, expect_new_table: bool, user_metadata: str) -> tuple[int, int]:
@@ -319,7 +327,8 @@ class WritePaths:
         if profile is None or not (profile.constraints or profile.generated):
             # a primary-key change's create takes what it lacks from the old key's row (docs/ARCHITECTURE.md)
             df = merge_source.from_old_keys(self._spark_frame(spark, files, staged), plan, None if table_schema is None
-                                            else spark.read.format("delta").load(self.store.root.spark_path))
+                                            else spark.read.format("delta").load(self.store.root.spark_path),
+                                            self._earlier_versions(spark))
         else:
             df, rejected = self._hold_to_rules(spark, version, statuses, files, staged, plan, profile)
             if rejected == total:
@@ -373,7 +382,8 @@ class WritePaths:
                 df = part if df is None else df.unionByName(part)
         df = delta_writer.prepare(df, profile)
         target = spark.read.format("delta").load(self.store.root.spark_path)
-        df = merge_source.from_old_keys(df, plan, target)  # before the rules: the row a primary-key change writes
+        # before the rules: the row a primary-key change writes
+        df = merge_source.from_old_keys(df, plan, target, self._earlier_versions(spark))
         _, violations = self._split(merge_rules.written(df, target, plan, profile), profile, version)
         df = merge_rules.without(spark, df, violations)
         if plan.spec.mode == "upsert" and plan.spec.soft_delete:
