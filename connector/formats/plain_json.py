@@ -208,6 +208,8 @@ class JsonRows:
                     rejected[screened_index[j]] = problem
                 screened_lines = [line for j, line in enumerate(screened_lines) if j not in outvoted]
                 screened_index = [i for j, i in enumerate(screened_index) if j not in outvoted]
+                if not screened_lines:  # each record outvoted at some field (a, b, c of three kinds in turn)
+                    return
         try:
             self._keep(self._parse(screened_lines, screened_index, rejected), tables, converted)
         except _ChunkFailed:
@@ -229,7 +231,7 @@ class JsonRows:
         rejected: dict[int, tuple[str, str]],
     ) -> None:
         """Parse lines in offset order, halving every chunk that fails until each bad line stands alone."""
-        pending = [(0, len(lines))]
+        pending = [(0, len(lines))] if lines else []
         while pending:
             lo, hi = pending.pop()
             if sum(map(len, lines[lo:hi])) + hi - lo <= _MAX_PARSE_BYTES or hi - lo == 1:

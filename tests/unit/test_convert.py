@@ -530,6 +530,17 @@ def sink_batch(values):
     raise AssertionError(f"the batch never ended: at offset {100 + start}")
 
 
+def test_a_batch_whose_every_record_is_outvoted_at_some_field_ends_as_record_errors():
+    """Three fields, each a number in two records and a string in the third, a different third each: every record
+    loses one vote. Its batch ends once before them (no table yet), then they are record errors naming their field;
+    the reader went round without end on the empty rest."""
+    values = [js(a=1, b=1, c="s"), js(a=1, b="s", c=1), js(a="s", b=1, c=1)]
+    schema, rows, failures = sink_batch(values)
+    assert rows == {} and sorted(failures) == [100, 101, 102]
+    assert [(f.error_class, f.error_message.split(" is ")[0]) for _, f in sorted(failures.items())] == \
+        [(TYPE_MISMATCH, "field 'c'"), (TYPE_MISMATCH, "field 'b'"), (TYPE_MISMATCH, "field 'a'")]
+
+
 def instants(count):
     start = dt.datetime(2024, 5, 1, 8, 0, tzinfo=dt.timezone.utc)
     return [(start + dt.timedelta(seconds=7 * i, microseconds=13 * i)).isoformat().replace("+00:00", "Z")
