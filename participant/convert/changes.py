@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from connector.formats import connect
@@ -212,24 +213,26 @@ class Changes:
                 continue
             try:
                 self._scope.record = i
-                row, change = self._change(keys[i], values[i])
+                row, change, fast = self._change(keys[i], values[i])
             except Problem as rejection:
                 rejected[i] = (rejection.error_class, rejection.message)
                 continue
             rejected.pop(i, None)
-            lines[i] = json.dumps(row, separators=(",", ":")).encode()
+            lines[i] = orjson.dumps(row) if fast else json.dumps(row, separators=(",", ":")).encode()
             changes[i] = change
             if self.upsert.missing_fields == "keep":
                 self._carried[i] = frozenset(map(self._name_form, row))
         return lines, changes
 
-    def _change(self, key: bytes | None, value: bytes | None) -> tuple[dict[str, Any], Change]:
-        """The row a record stages and its change; raises _Rejected."""
+    def _change(self, key: bytes | None, value: bytes | None) -> tuple[dict[str, Any], Change, bool]:
+        """The row a record stages, its change, and whether orjson may write the row (`_json_value`); raises
+        Problem."""
         spec = self.upsert
+        fast = True
         if value is None:  # a tombstone, here only with deletes on
             row, change = {}, DELETE
         else:
-            record = _json_value(value)
+            record, fast = _json_value(value)
             if type(record) is not dict:
                 raise Problem(NOT_AN_OBJECT, f"the value is a JSON {kind_of(record)}, not an object")
             if spec.envelope == "debezium":
@@ -245,7 +248,7 @@ class Changes:
             self._keys.add_key(row, key, change.delete)
         self._check_order_value(row, change)
         self._take_old_key(change)
-        return row, change
+        return row, change, fast
 
     def _take_old_key(self, change: Change, fields: list[tuple[str, Decoder]] | None = None) -> None:
         """A Debezium create (or update) that carries the unavailable-value placeholder and names the key it
@@ -358,11 +361,26 @@ def _struct_or_null(value: dict[str, Any] | None, kind: pa.DataType) -> dict[str
         return None
 
 
-def _json_value(value: bytes) -> Any:
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = (b"0" * 20, b"-" + b"0" * 19)
+"""An integer of 20 digits or more, or a negative one of 19, may lie outside -2**63..2**64-1, which orjson reads as
+a rounded double (19 digits are common: Debezium's `ts_ns`)."""
+
+
+def _json_value(value: bytes) -> tuple[Any, bool]:
+    """The JSON value of a record, and whether orjson read it. orjson reads what Python's json module reads, to the
+    same values, three times as fast, but for what it refuses (NaN, infinities, a lone surrogate: Python's module
+    reads them, and only its `dumps` writes them back) and integers it would round; those go to Python's module."""
+    shape = value.translate(_DIGITS_AS_ZERO)
+    if _LONG_DIGITS[0] not in shape and _LONG_DIGITS[1] not in shape:
+        try:
+            return orjson.loads(value), True
+        except orjson.JSONDecodeError:
+            pass
     if reason := utf8_problem(value):
         raise Problem(INVALID_UTF8, reason)
     try:
-        return json.loads(value)
+        return json.loads(value), False
     except ValueError as error:
         raise Problem(MALFORMED_JSON, f"not valid JSON: {error}" if value.strip() else "the value is empty") from None
 
