@@ -39,7 +39,7 @@ from connector.formats.problems import (  # noqa: F401 - NOT_WRAPPED, WRAPPED: t
     WRAPPED,
     Problem,
 )
-from connector.schema.algebra import concat_rows, table_of, take_rows
+from connector.schema.algebra import concat_rows, rows_table, table_of, take_rows
 
 
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -167,9 +167,7 @@ class Decoder:
 
     def rows(self, values: list[dict[str, Any]]) -> pa.Table:
         """A table of rows to_value made (one per value when the struct has no field, as a row has its meta data)."""
-        if not self.children:
-            return table_of([], self.row_schema(), len(values))
-        return pa.Table.from_pylist(values, schema=self.row_schema())
+        return rows_table(values, self.row_schema())
 
     def read_batch(self, payloads: bytes, count: int) -> pa.Table | None:
         """`count` newline-separated JSON objects of this struct schema as a typed table; None when the reader

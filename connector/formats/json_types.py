@@ -174,8 +174,7 @@ def settle(table: pa.Table, held: pa.Schema | None, rules: Rules) -> tuple[pa.Ta
     named = [(name, _whole(table.column(i))) for i, name in enumerate(table.column_names)]
     fields = _fields(named, list(held) if held is not None else [], "", None, table.num_rows, rules)
     schema = pa.schema([f for f, _ in fields], metadata=held.metadata if held is not None else None)
-    if not fields:  # no field of the batch has a type yet: rows without columns (the _kafka_* ones follow)
-        return table_of([], schema, table.num_rows), schema
+    # no field of the batch with a type yet: rows without columns (the _kafka_* ones follow)
     return table_of([a for _, a in fields], schema, table.num_rows), schema
 
 

@@ -109,6 +109,13 @@ def table_of(columns: list, schema: pa.Schema, rows: int) -> pa.Table:
     return pa.table({"rows": pa.nulls(rows)}, pa.schema([("rows", pa.null())], schema.metadata)).drop_columns("rows")
 
 
+def rows_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """`pa.Table.from_pylist(rows, schema=schema)`, which gives no rows of a schema without fields."""
+    if len(schema):
+        return pa.Table.from_pylist(rows, schema=schema)
+    return table_of([], schema, len(rows))
+
+
 def take_rows(table: pa.Table, indices: pa.Array | list[int]) -> pa.Table:
     """`table.take(indices)`, which gives no rows from a table without columns."""
     if table.num_columns:

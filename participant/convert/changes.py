@@ -24,7 +24,7 @@ from connector.formats.problems import (
     Problem,
     kind_of,
 )
-from connector.schema.algebra import table_of
+from connector.schema.algebra import rows_table
 from connector.schema.names import sanitized
 from connector.upsert import (
     ABSENT,
@@ -54,15 +54,8 @@ Group = tuple[pa.Schema, list[int], list[dict[str, Any]]]
 
 
 def _parts(groups: dict[tuple, Group]) -> list[tuple[list[int], pa.Table]]:
-    return [(index, _rows_table(rows, schema)) for schema, index, rows in groups.values()]
-
-
-def _rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """A table of `rows`, one per row even when the schema has no field (a truncate's row): `from_pylist` makes a
-    table of no rows of an empty schema."""
-    if not len(schema):
-        return table_of([], schema, len(rows))
-    return pa.Table.from_pylist(rows, schema=schema)
+    """Each group's record numbers and table, a row per record even of no field (a truncate's row)."""
+    return [(index, rows_table(rows, schema)) for schema, index, rows in groups.values()]
 
 
 class Changes:
