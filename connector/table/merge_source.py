@@ -94,9 +94,9 @@ def from_old_keys(df, plan: MergePlan, table=None, earlier=()):
     df = _old_key_passes(df, plan, table)
     if table is None:
         return df
-    looked = 0
+    looked, lacking = 0, df.where(_replaces_a_key()).count()
     for older in earlier:
-        if df.where(_replaces_a_key()).isEmpty():
+        if not lacking:
             return df
         looked += 1
         try:
@@ -105,7 +105,7 @@ def from_old_keys(df, plan: MergePlan, table=None, earlier=()):
             log.info("a primary-key change's old row: an earlier version of the table cannot be read (%s)",
                      str(error).splitlines()[0][:300])
             break
-    lacking = df.where(_replaces_a_key()).count()
+        lacking = df.where(_replaces_a_key()).count()
     if lacking:
         log.warning("%d primary-key change(s) lack a value their old key's row held: the row is in neither the txn, "
                     "the table nor its %d version(s) before; those columns stay as a change that does not carry "

@@ -275,8 +275,9 @@ class WritePaths:
         """The table at each of its OLD_KEY_VERSIONS versions before the newest, newest first (DataFrames, read
         when asked for): where a primary-key change's old row is when an earlier txn deleted it."""
         newest = self.snapshot.version()
-        for older in range(newest - 1, max(-1, newest - 1 - merge_source.OLD_KEY_VERSIONS), -1) \
-                if newest is not None else ():
+        if newest is None:
+            return
+        for older in range(newest - 1, max(-1, newest - 1 - merge_source.OLD_KEY_VERSIONS), -1):
             yield spark.read.format("delta").option("versionAsOf", older).load(self.store.root.spark_path)
 
     def _merge(self, spark, version: int, statuses: tuple[WriteStatus, ...],
