@@ -70,6 +70,7 @@ class WorkerStats:
     status_sent: int = 0
     rebalances: int = 0
     consumers_replaced: int = 0  # group consumers cut off from every broker (connector/kafka/reach.py)
+    consumers_fenced: int = 0  # group consumers librdkafka declared fatal, replaced (Worker._on_fatal)
     seeks: int = 0  # partitions the consumer was moved to another offset (each restarts that partition's fetch)
     by_partition_lag: dict = field(default_factory=dict)
 

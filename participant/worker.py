@@ -70,6 +70,9 @@ MIN_SIZED_BATCH = 100
 CUT_OFF_AFTER_S = 30.0
 """How long the group consumer may hold no partition before the worker asks whether it is cut off from every broker
 (connector/kafka/reach.py); it asks again every 20 s while that lasts."""
+FENCED_AGAIN_S = 120.0
+"""A consumer librdkafka declares fatal again this soon after the last one was replaced: another worker of the group
+holds the same worker.id (each new consumer fences the other's), and the worker stops with a SetupError."""
 AHEAD_MAX_RECORDS = 20_000
 """The most records a partition reads ahead for its next txn (PartitionRunner.ahead)."""
 
@@ -95,6 +98,7 @@ class Worker:
         self._consumer: Consumer | None = None
         self._kafka: KafkaClients | None = None
         self._cut_off = CutOffWatch(self.clock, CUT_OFF_AFTER_S, every_s=20.0)
+        self._fenced_at: float | None = None  # when a consumer librdkafka declared fatal was last replaced
         self._dlq: DeadLetterProducer | None = None
         # its collaborators see the id, the channel, the consumer and the dead-letter producer once open() sets them
         self.table_view = TableView(cfg, TableSnapshot(self._store, cfg.table_path))
@@ -175,17 +179,41 @@ class Worker:
     def _replace_consumer(self) -> None:
         """A group consumer that has held no partition for CUT_OFF_AFTER_S and lost every broker for good
         (connector/kafka/reach.py): a new one joins the group in its place, as the same static member."""
-        stuck, self._consumer = self._consumer, self._new_consumer()
+        self._renew_consumer()
+        self.stats.consumers_replaced += 1
+        log.warning("worker %s: its consumer has held no partition for %.0f s and reaches no broker, although the "
+                    "cluster answers a new client: a new consumer joins the group", self.worker_id, CUT_OFF_AFTER_S)
+
+    def _on_fatal(self, error: KafkaError) -> None:
+        """librdkafka declared the consumer fatal: it reads nothing more, ever. A static member is fenced when a newer
+        member with its group.instance.id joins, and after a broker restart that newer member can be its own rejoin
+        (a session that timed out and an offset commit sent under the old membership). Its partitions are given up
+        as lost ones are and a new consumer joins as the same member; fenced again within FENCED_AGAIN_S, another
+        worker holds the id and this one stops."""
+        now = self.clock.monotonic()
+        if self._fenced_at is not None and now - self._fenced_at < FENCED_AGAIN_S:
+            raise SetupError(f"the consumer of worker {self.worker_id} failed for good twice within "
+                             f"{FENCED_AGAIN_S:.0f} s ({error.str()}): another worker of consumer group "
+                             f"{self.cfg.kafka_group_id} likely uses worker.id {self.worker_id!r}: give every worker "
+                             f"its own worker.id")
+        self._fenced_at = now
+        held = [KafkaTP(topic, partition) for topic, partition in self.runners]
+        if held:
+            self.assignments.on_revoke(self._consumer, held)
+        self._renew_consumer()
+        self.stats.consumers_fenced += 1
+        log.warning("worker %s: its consumer failed for good (%s): a new consumer joins the group as the same member",
+                    self.worker_id, error.str())
+
+    def _renew_consumer(self) -> None:
+        dead, self._consumer = self._consumer, self._new_consumer()
         self._subscribed = None
         self._subscribe()
         self._cut_off.reset()
-        self.stats.consumers_replaced += 1
         try:
-            stuck.close()
+            dead.close()
         except (KafkaException, RuntimeError):
-            pass  # it reaches no broker: dropped all the same
-        log.warning("worker %s: its consumer has held no partition for %.0f s and reaches no broker, although the "
-                    "cluster answers a new client: a new consumer joins the group", self.worker_id, CUT_OFF_AFTER_S)
+            pass  # it reaches no broker, or librdkafka declared it fatal: dropped all the same
 
     def close(self) -> None:
         for runner in self.runners.values():
@@ -403,8 +431,11 @@ class Worker:
             if m.error() is not None and m.error().code() == KafkaError._AUTO_OFFSET_RESET:
                 self._on_out_of_range(m)
                 continue
+            if m.error() is not None and (m.error().code() in (KafkaError._FATAL, KafkaError.FENCED_INSTANCE_ID)
+                                          or m.error().fatal()):
+                self._on_fatal(m.error())
+                return  # what else this batch holds came from the dead consumer, its partitions given up
             if m.error() is not None:
-                _raise_if_fatal(m.error(), self.worker_id, self.cfg.kafka_group_id)
                 log.warning("consume error: %s", m.error())
                 continue
             grouped[(m.topic(), m.partition())].append(m)
@@ -520,10 +551,3 @@ class Worker:
             runner.delivered_next = None
         self._consumer.pause([KafkaTP(*runner.key) for runner in runners])
 
-
-def _raise_if_fatal(error: KafkaError, worker_id: str, group: str) -> None:
-    if error.code() == KafkaError.FENCED_INSTANCE_ID:
-        raise SetupError(f"another worker of consumer group {group} uses worker.id {worker_id!r} and took its place: "
-                         f"give every worker its own worker.id")
-    if error.fatal():
-        raise SetupError(f"the consumer of worker {worker_id} failed: {error.str()}")
