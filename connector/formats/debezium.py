@@ -71,7 +71,9 @@ def event_row(event: Any, spec: UpsertSpec) -> tuple[dict[str, Any], Change]:
             raise Problem(NOT_AN_OBJECT, f"the 'after' of a Debezium op={op} event is a JSON {kind_of(row)}, "
                                          f"not an object")
         delete = False
-        absent = tuple(name for name, value in row.items() if unavailable(value))
+        absent = tuple(name for name, value in row.items()  # a text compared here, other kinds by `unavailable`
+                       if (value in PLACEHOLDER_TEXTS if type(value) is str
+                           else type(value) in _MAY_HOLD_PLACEHOLDER and unavailable(value)))
     elif op == "d":
         if not spec.takes_deletes:
             raise Problem(DELETE_NOT_ENABLED, "a Debezium delete (op=d): set delete.enabled=true (with "
@@ -110,6 +112,9 @@ PLACEHOLDER_ELEMENTS = frozenset((
     _PLACEHOLDER_BYTES,  # bytea[] in Avro
     str(uuid.UUID(bytes=hashlib.md5(_PLACEHOLDER_BYTES).digest(), version=3)),  # uuid[]: a name-based UUID of it
 ))
+_MAY_HOLD_PLACEHOLDER = frozenset((bytes, bytearray, list, dict))
+"""The kinds of value besides text that `unavailable` may find a placeholder in (never a number, a boolean or
+null)."""
 _PLACEHOLDER_CODES = list(_PLACEHOLDER_BYTES)
 """int[], bigint[] and date[]: one element per byte of the placeholder."""
 

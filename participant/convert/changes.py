@@ -49,6 +49,9 @@ from participant.convert.values import PlainJson, Read, TypedFit, reject_wrapped
 MISSING_ORDER_VALUE = "MissingOrderValue"
 
 
+NAME_SETS = 1024
+"""The most sets of plain JSON field names `Changes` keeps checked; past it, it starts again."""
+
 Group = tuple[pa.Schema, list[int], list[dict[str, Any]]]
 """Typed rows of one signature: their schema, record numbers and rows."""
 
@@ -73,6 +76,11 @@ class Changes:
         self._plain = plain
         self._carried: list[frozenset[str] | None] = []
         """Per record of the batch in conversion, the column names its value carries (None: every column)."""
+        # The rows of a plain JSON stream mostly share their field names (in their order): each set checked once.
+        self._unreserved: set[tuple[str, ...]] = set()
+        """Field names of plain JSON rows none of which is reserved."""
+        self._forms: dict[tuple[str, ...], frozenset[str]] = {}
+        """Field names of plain JSON rows (key columns in) -> the column names they become (`_name_form`)."""
         self._old_keys: dict[int, dict[str, Any]] = {}
         """Record of the batch in conversion -> the key its Debezium create replaces (`OLD_KEY`), where the create
         carries an unavailable value."""
@@ -214,7 +222,7 @@ class Changes:
             lines[i] = orjson.dumps(row) if fast else json.dumps(row, separators=(",", ":")).encode()
             changes[i] = change
             if self.upsert.missing_fields == "keep":
-                self._carried[i] = frozenset(map(self._name_form, row))
+                self._carried[i] = self._carried_forms(row)
         return lines, changes
 
     def _change(self, key: bytes | None, value: bytes | None) -> tuple[dict[str, Any], Change, bool]:
@@ -233,10 +241,15 @@ class Changes:
                 row = blanked(row, change.absent)
             else:
                 row, change = record, UPSERT
-        for name in row:
-            if self._reserved_name(name):
-                raise Problem(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
-                                              f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
+        names = tuple(row)
+        if names not in self._unreserved:
+            for name in row:
+                if self._reserved_name(name):
+                    raise Problem(RESERVED_FIELD, f"field '{name}' is a column lakesink adds in write.mode="
+                                                  f"{spec.mode}, value.envelope={spec.envelope}: rename it upstream")
+            if len(self._unreserved) >= NAME_SETS:
+                self._unreserved.clear()
+            self._unreserved.add(names)
         if self._needs_key(change):
             self._keys.add_key(row, key, change.delete)
         self._check_order_value(row, change)
@@ -283,6 +296,16 @@ class Changes:
             raise Problem(MISSING_ORDER_VALUE, f"upsert.order.field '{spec.order_field}' is missing or null in the "
                                                f"value: a change needs its order value to be ordered against the "
                                                f"key's other changes")
+
+    def _carried_forms(self, row: dict[str, Any]) -> frozenset[str]:
+        """The column names of a plain JSON row's fields, as `_name_form` gives them."""
+        names = tuple(row)
+        forms = self._forms.get(names)
+        if forms is None:
+            if len(self._forms) >= NAME_SETS:
+                self._forms.clear()
+            forms = self._forms[names] = frozenset(map(self._name_form, row))
+        return forms
 
     def _name_form(self, name: str) -> str:
         """A field name as the column it becomes, for comparison: case folded (sanitized under
