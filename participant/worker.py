@@ -24,7 +24,7 @@ from connector.config import LakesinkConfig
 from connector.errors import LakesinkError, SetupError
 from connector.faults import fault_point
 from connector.formats.wire import RegistryUnavailable
-from connector.kafka.clients import KafkaClients, check_connection
+from connector.kafka.clients import KafkaClients, check_connection, is_fatal
 from connector.kafka.deadletter import DeadLetterProducer
 from connector.kafka.reach import CutOffWatch, cut_off
 from connector.loop import run_until_stopped
@@ -431,8 +431,7 @@ class Worker:
             if m.error() is not None and m.error().code() == KafkaError._AUTO_OFFSET_RESET:
                 self._on_out_of_range(m)
                 continue
-            if m.error() is not None and (m.error().code() in (KafkaError._FATAL, KafkaError.FENCED_INSTANCE_ID)
-                                          or m.error().fatal()):
+            if m.error() is not None and (is_fatal(m.error()) or m.error().code() == KafkaError.FENCED_INSTANCE_ID):
                 self._on_fatal(m.error())
                 return  # what else this batch holds came from the dead consumer, its partitions given up
             if m.error() is not None:

@@ -138,6 +138,13 @@ def refusal(error: KafkaError, tls: bool = True) -> str | None:
     return None
 
 
+def is_fatal(error: KafkaError) -> bool:
+    """librdkafka declared the client fatal: it does nothing more, ever, and must be replaced. The error a consumer's
+    `consume` or a delivery report carries then has the code `_FATAL`, with `fatal()` false (the cause is in its
+    text); only errors raised from the client's own calls may say `fatal()`."""
+    return error.fatal() or error.code() == KafkaError._FATAL
+
+
 def check_connection(kafka: KafkaClients, timeout_s: float = CONNECT_TIMEOUT_S, clock: Clock | None = None) -> int:
     """Metadata from the brokers with the settings of each role whose connection settings differ (the admin's,
     the producer's); returns how many brokers the cluster has. Raises SetupError, one line naming the broker and

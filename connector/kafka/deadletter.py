@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from connector.errors import LakesinkError
-from connector.kafka.clients import CONNECTION_PREFIXES, KafkaClients
+from connector.kafka.clients import CONNECTION_PREFIXES, KafkaClients, is_fatal
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class DeadLetterProducer:
         d.done = True
         if error is not None:
             d.error, d.code = error.str(), error.code()
-            if error.fatal():
+            if is_fatal(error):
                 self._broken = True
 
     def _renew(self) -> None:

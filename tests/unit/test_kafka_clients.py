@@ -346,3 +346,14 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+
+def test_a_client_librdkafka_declared_fatal_is_told_by_its_code_as_well_as_by_the_flag():
+    """The error a dead consumer's `consume` (or a dead producer's delivery report) carries has the code _FATAL and
+    says fatal() false (tests/integration/test_consumer_fenced.py meets it from a real broker); an error raised from
+    the client's own call may carry the flag instead."""
+    assert not KafkaError(KafkaError._FATAL).fatal()
+    assert clients.is_fatal(KafkaError(KafkaError._FATAL))
+    assert clients.is_fatal(KafkaError(KafkaError.FENCED_INSTANCE_ID, fatal=True))
+    assert not clients.is_fatal(KafkaError(KafkaError._TRANSPORT))
+    assert not clients.is_fatal(KafkaError(KafkaError.FENCED_INSTANCE_ID))
