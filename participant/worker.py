@@ -192,10 +192,11 @@ class Worker:
         worker holds the id and this one stops."""
         now = self.clock.monotonic()
         if self._fenced_at is not None and now - self._fenced_at < FENCED_AGAIN_S:
+            fenced = error.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in error.str().lower()
+            why = (f": another worker of consumer group {self.cfg.kafka_group_id} uses worker.id "
+                   f"{self.worker_id!r}; give every worker its own worker.id" if fenced else "")
             raise SetupError(f"the consumer of worker {self.worker_id} failed for good twice within "
-                             f"{FENCED_AGAIN_S:.0f} s ({error.str()}): another worker of consumer group "
-                             f"{self.cfg.kafka_group_id} likely uses worker.id {self.worker_id!r}: give every worker "
-                             f"its own worker.id")
+                             f"{FENCED_AGAIN_S:.0f} s ({error.str()}){why}")
         self._fenced_at = now
         held = [KafkaTP(topic, partition) for topic, partition in self.runners]
         if held:
