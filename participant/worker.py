@@ -429,16 +429,16 @@ class Worker:
             return
         grouped: dict[tuple[str, int], list] = defaultdict(list)
         for m in batch:
-            if m.error() is not None and m.error().code() == KafkaError._AUTO_OFFSET_RESET:
+            error = m.error()
+            if error is None:
+                grouped[(m.topic(), m.partition())].append(m)
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                 self._on_out_of_range(m)
-                continue
-            if m.error() is not None and (is_fatal(m.error()) or m.error().code() == KafkaError.FENCED_INSTANCE_ID):
-                self._on_fatal(m.error())
+            elif is_fatal(error) or error.code() == KafkaError.FENCED_INSTANCE_ID:
+                self._on_fatal(error)
                 return  # what else this batch holds came from the dead consumer, its partitions given up
-            if m.error() is not None:
-                log.warning("consume error: %s", m.error())
-                continue
-            grouped[(m.topic(), m.partition())].append(m)
+            else:
+                log.warning("consume error: %s", error)
         for key, msgs in grouped.items():
             runner = self.runners.get(key)
             if runner is None:

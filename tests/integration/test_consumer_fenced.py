@@ -25,7 +25,7 @@ SESSION_S = 6  # inprocess_config's consumer.session.timeout.ms
 def _member(bootstrap: str, cfg, instance_id: str, topic: str) -> Consumer:
     """A consumer of the sink's group with the given group.instance.id, subscribed to `topic`."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": cfg.kafka_group_id,
-                         "group.instance.id": instance_id, "session.timeout.ms": 6000, "enable.auto.commit": False,
+                         "group.instance.id": instance_id, "session.timeout.ms": SESSION_S * 1000, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     return consumer
