@@ -65,5 +65,7 @@ registry-start: setup
 registry-stop: $(STAMP)
 	$(BIN)/lakesink registry stop
 
+# Every goal of the performance work in one run, its figures against baselines of the same run on the last lines
+# (bench/goals.py; BENCH_ARGS="--quick" for development sizes). One bench alone: .venv/bin/python bench/run.py --help.
 bench: setup
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python bench/goals.py $(BENCH_ARGS)

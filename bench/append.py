@@ -198,7 +198,8 @@ class Bench(ModeRun):
             steady_rows = sum(v.rows for v in data[1:])
             out["steady_s"] = data[-1].visible - data[0].visible
             out["steady_rps"] = steady_rows / out["steady_s"]
-            out["first_commit_after_ready_s"] = data[0].visible - ready if ready else None
+        if data and ready:
+            out["first_commit_after_ready_s"] = data[0].visible - ready
         return out
 
     def sss(self) -> dict:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run.py                      # 2,000,000 records of ~200 bytes over 8 partitions
     .venv/bin/python bench/run.py --records 200000     # a development run
-    make bench BENCH_ARGS="--records 200000 --phases raw,lakesink"
+    .venv/bin/python bench/run.py --records 200000 --phases raw,lakesink
     .venv/bin/python bench/run.py --mode upsert        # keyed changes: lakesink upsert against foreachBatch + MERGE
     .venv/bin/python bench/run.py --format avro --phases raw,lakesink   # the same records in Avro
     .venv/bin/python bench/run.py --mode scale         # partitions, history length, record sizes

@@ -132,3 +132,15 @@ def test_worker_memory(kafka_bootstrap, tmp_path):
               numbers={"peak_rss_mb_1x"})
     runs = json.loads(report.read_text())
     assert isinstance(runs, list) and [run["times"] for run in runs] == [1], runs
+
+
+def test_goals(kafka_bootstrap, tmp_path):
+    # `make bench` at development sizes, two of its steps: plain JSON and Avro, the baseline and a ratio against it
+    out = tmp_path / "goals"
+    lines = run_bench(tmp_path, "goals.py", "--bootstrap", kafka_bootstrap, "--quick", "--only", "formats",
+                      "--formats", "json,avro", "--out", out)
+    values = last_line(lines, {"goals_met", "ratio_avro"}, numbers={"ratio_avro"})
+    assert values["goals_met"] in ("0/1", "1/1"), values
+    figures = read_json(out / "goals.json", {"code", "failed", "goals"})
+    assert not figures["failed"] and [f["key"] for f in figures["goals"]["formats"]][0] == "ratio_avro"
+    assert (out / "formats.avro.json").is_file() and (out / "formats.avro.log").is_file()

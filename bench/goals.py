@@ -1,0 +1,422 @@
+"""Every goal of the performance work in one run: `make bench`.
+
+    make bench                                          # every goal at full size (about 50 minutes on 2 cores)
+    make bench BENCH_ARGS="--quick"                     # every goal at development sizes: the path works, no more
+    make bench BENCH_ARGS="--only formats,visibility"   # some of the goals
+
+Starts one Kafka broker, then runs each step below as a process of its own against it (`bench/run.py` or
+`bench/many_tables.py`, each step's output and --json kept under --out), one after the other, and ends with one line
+per goal (its figures, the goal beside each, met or not, or what is not measured and why) and a last line of
+key=value figures. Ratios are always against a baseline measured in the same run:
+
+  formats     the same rows in each value converter, and in Debezium envelopes: lakesink end to end (process start
+              -> last commit visible, `bench/run.py --phases lakesink`) against plain JSON's;        goal >= 0.8x
+  visibility  produce -> visible at 5,000 records/s over 8 partitions, transaction.interval.ms=1000, lakesink's
+              defaults (compaction on), over --visibility-seconds;            goal p50 <= 0.8 s, p99 <= 1.5 s, and
+              no compaction cancelled
+  append      a backlog of --append-records against the raw consumer and Spark Structured Streaming (warm rates);
+              goal >= 0.9x raw, >= 2.5x SSS; MB/s per core beside it
+  append-large the same over --append-large-records, against the raw consumer;               goal >= 1.0x raw
+  s3          tables on a local S3 server: requests per commit of the steady latency phase (by request type), and
+              the first commit after the first START-COMMIT;             goal <= 30 per commit, first commit <= 5 s
+  upsert      a keyed changelog: lakesink write.mode=upsert against foreachBatch + MERGE, on a backlog (cold JVM)
+              and on a stream (warm);                                                 goal >= 1x cold, >= 2x warm
+  many-tables --tables topics into as many tables from one service against one topic of as many partitions into
+              one table, the same records;                                             goal within 20 % (>= 0.8x)
+
+The exit status is 1 when a step failed (its log is named), 0 otherwise: a goal not met is a figure, not a failure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.report import code_state, fmt, machine  # noqa: E402
+
+FORMATS = ("json", "avro", "protobuf", "json_schema", "connect", "json+debezium", "connect+debezium",
+           "avro+debezium")
+"""The formats step's runs, `format[+envelope]`; plain JSON (the first) is the baseline of the others."""
+GOALS = ("formats", "visibility", "append", "append-large", "s3", "upsert", "many-tables")
+REDPANDA_MIB_S_PER_CORE = 5
+"""What Redpanda publishes for its Iceberg topics, per core (the performance issue's yardstick)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    formats_records: int
+    append_records: int
+    append_large_records: int
+    visibility_seconds: float
+    visibility_warmup: float
+    visibility_rate: int
+    s3_records: int
+    s3_latency_seconds: float
+    upsert_rows: int
+    upsert_changes: int
+    upsert_stream_rate: int
+    many_records: int
+    many_tables: int
+
+
+FULL = Sizes(formats_records=500_000, append_records=2_000_000, append_large_records=20_000_000,
+             visibility_seconds=300, visibility_warmup=20, visibility_rate=5000, s3_records=500_000,
+             s3_latency_seconds=60, upsert_rows=10_000_000, upsert_changes=1_000_000, upsert_stream_rate=50_000,
+             many_records=800_000, many_tables=40)
+QUICK = Sizes(formats_records=2000, append_records=20_000, append_large_records=40_000, visibility_seconds=20,
+              visibility_warmup=5, visibility_rate=500, s3_records=5000, s3_latency_seconds=10, upsert_rows=2000,
+              upsert_changes=500, upsert_stream_rate=200, many_records=4000, many_tables=4)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One process of the run: `bench/<script> <argv>`; `json` when the script writes its figures with --json
+    (otherwise they are read off its key=value last line)."""
+    name: str
+    goal: str
+    script: str
+    argv: tuple[str, ...]
+    json: bool = True
+
+
+def steps(args: argparse.Namespace) -> list[Step]:
+    s = args.sizes
+    out: list[Step] = []
+    if "formats" in args.only:
+        for name in args.formats:
+            fmt_, _, envelope = name.partition("+")
+            out.append(Step(f"formats.{name}", "formats", "run.py", (
+                "--records", str(s.formats_records), "--phases", "lakesink", "--format", fmt_,
+                "--envelope", envelope or "none")))
+    if "visibility" in args.only:
+        out.append(Step("visibility", "visibility", "run.py", (
+            "--records", "1000", "--phases", "latency", "--latency-seconds", str(s.visibility_seconds),
+            "--latency-warmup", str(s.visibility_warmup), "--latency-rate", str(s.visibility_rate))))
+    if "append" in args.only:
+        out.append(Step("append", "append", "run.py", (
+            "--records", str(s.append_records), "--phases", "raw,lakesink" + (",sss" if args.sss else ""))))
+    if "append-large" in args.only:
+        out.append(Step("append-large", "append-large", "run.py", (
+            "--records", str(s.append_large_records), "--phases", "raw,lakesink")))
+    if "s3" in args.only:
+        out.append(Step("s3", "s3", "run.py", (
+            "--storage", "s3", "--records", str(s.s3_records), "--phases", "lakesink,latency",
+            "--latency-seconds", str(s.s3_latency_seconds), "--latency-warmup", str(min(20, s.s3_latency_seconds / 2)),
+            "--latency-rate", str(s.visibility_rate))))
+    if "upsert" in args.only:
+        out.append(Step("upsert", "upsert", "run.py", (
+            "--mode", "upsert", "--rows", str(s.upsert_rows), "--changes", str(s.upsert_changes),
+            "--stream-changes", str(s.upsert_changes), "--stream-rate", str(s.upsert_stream_rate),
+            "--contenders", "lakesink,baseline" if args.sss else "lakesink"), json=False))
+    if "many-tables" in args.only:
+        out.append(Step("many-tables", "many-tables", "many_tables.py", (
+            "--records", str(s.many_records), "--tables", str(s.many_tables)), json=False))
+    return out
+
+
+def last_line(text: str) -> dict[str, str]:
+    """The key=value pairs of a bench's last line (a leading word without '=' is its name, skipped)."""
+    line = next((x for x in reversed(text.splitlines()) if x.strip()), "")
+    return dict(token.split("=", 1) for token in line.split() if "=" in token)
+
+
+def run_step(step: Step, bootstrap: str, out: Path, timeout_s: float, number: str) -> dict | None:
+    """Run one step in its own session, its output in out/<name>.log; its figures, or None when it failed."""
+    log, report = out / f"{step.name}.log", out / f"{step.name}.json"
+    argv = [sys.executable, str(ROOT / "bench" / step.script), "--bootstrap", bootstrap, *step.argv]
+    if step.json:
+        argv += ["--json", str(report)]
+    print(f"[{number}] {step.name}: bench/{step.script} {' '.join(step.argv)} (log {log}) ...", flush=True)
+    started = time.monotonic()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if proc.poll() is None:  # a timeout, or this run interrupted: the step stops what it started on SIGTERM
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    seconds = time.monotonic() - started
+    text = log.read_text(errors="replace")
+    if code != 0:
+        why = f"did not end within {timeout_s:.0f} s" if code is None else f"exited with {code}"
+        print(f"  FAILED after {seconds:.0f} s: {why}; the last lines of {log}:", flush=True)
+        print("\n".join("    " + x for x in text.splitlines()[-15:]), flush=True)
+        return None
+    figures = json.loads(report.read_text()) if step.json else {}
+    figures["last_line"] = last_line(text)
+    shown = [f"{k}={v}" for k, v in figures["last_line"].items() if v != "n/a"][:8]
+    print(f"  done in {seconds:.0f} s: {' '.join(shown)}", flush=True)
+    return figures
+
+
+# --- the goals' lines: pure functions of the steps' figures -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a goal: `value` against `target` (`at_most` or at least), or not measured (`value` None,
+    `why` says why)."""
+    key: str
+    label: str
+    value: float | None
+    target: float | None = None
+    at_most: bool = False
+    spec: str = ".2f"
+    unit: str = ""
+    why: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None or self.target is None:
+            return None
+        return self.value <= self.target if self.at_most else self.value >= self.target
+
+    def text(self) -> str:
+        if self.value is None:
+            return f"{self.label}: not measured ({self.why})"
+        goal = "" if self.target is None else (
+            f" (goal {'<=' if self.at_most else '>='} {format(self.target, self.spec)}{self.unit}: "
+            f"{'met' if self.met else 'NOT met'})")
+        return f"{self.label} {format(self.value, self.spec)}{self.unit}{goal}"
+
+
+def _get(figures: dict | None, *path: str):
+    for key in path:
+        if not isinstance(figures, dict):
+            return None
+        figures = figures.get(key)
+    return figures
+
+
+def _ratio(x, y) -> float | None:
+    return x / y if x and y else None
+
+
+def _failed(name: str) -> str:
+    return f"the {name} step failed, see its log"
+
+
+def formats_figures(runs: dict[str, dict | None], formats: tuple[str, ...]) -> list[Figure]:
+    base = _get(runs.get("formats.json"), "results", "lakesink", "e2e_rps")
+    out = []
+    for name in formats:
+        if name == "json":
+            continue
+        rps = _get(runs.get(f"formats.{name}"), "results", "lakesink", "e2e_rps")
+        why = _failed(f"formats.{name}") if rps is None else _failed("formats.json")
+        out.append(Figure(f"ratio_{name.replace('+', '_')}", name, _ratio(rps, base), 0.8, unit="x", why=why))
+    out += [Figure("ratio_json_schema_debezium", "json_schema+debezium", None,
+                   why="the bench writes Debezium envelopes in json, connect and avro only"),
+            Figure("ratio_nested", "nested Avro/Protobuf records", None,
+                   why="the bench's rows are flat; the Debezium envelopes above are the nested records measured")]
+    return out
+
+
+def visibility_figures(run: dict | None) -> list[Figure]:
+    x = _get(run, "results", "latency")
+    why = _failed("visibility")
+    upkeep = (x or {}).get("upkeep") or {}
+    return [Figure("visibility_p50_ms", "p50", _get(x, "p50_ms"), 800, True, ",.0f", " ms", why),
+            Figure("visibility_p99_ms", "p99", _get(x, "p99_ms"), 1500, True, ",.0f", " ms", why),
+            Figure("compaction_cancelled", "compactions cancelled", upkeep.get("cancelled"), 0, True, ".0f", "",
+                   why if x is None else "no compaction PROGRESS seen"),
+            Figure("compaction_rounds", "compactions", upkeep.get("compacted"), None, spec=".0f",
+                   why=why if x is None else "no compaction PROGRESS seen")]
+
+
+def append_figures(run: dict | None, name: str, raw_goal: float, sss_goal: float | None, cores: int) -> list[Figure]:
+    r = _get(run, "results") or {}
+    lakesink, raw, sss = _get(r, "lakesink", "warm_rps"), _get(r, "raw", "rps"), _get(r, "sss", "warm_rps")
+    key = name.replace("-", "_")
+    out = [Figure(f"{key}_ratio_raw", "x raw", _ratio(lakesink, raw), raw_goal, spec=".3f", why=_failed(name))]
+    if sss_goal is not None:
+        out.append(Figure(f"{key}_ratio_sss", "x SSS", _ratio(lakesink, sss), sss_goal, spec=".3f",
+                          why=_failed(name) if run is None else "the sss phase did not run (--no-sss)"))
+        mbps = _get(r, "lakesink", "warm_mbps")
+        out.append(Figure(f"{key}_mib_s_per_core", f"MiB/s per core (Redpanda's Iceberg topics publish "
+                                                   f"~{REDPANDA_MIB_S_PER_CORE})",
+                          mbps * 1e6 / 2**20 / cores if mbps else None, spec=".1f", why=_failed(name)))
+    return out
+
+
+def s3_figures(run: dict | None) -> list[Figure]:
+    r = _get(run, "results") or {}
+    steady = _get(r, "latency", "s3_requests", "steady") or {}
+    by_type = steady.get("per_commit_by_type") or {}
+    kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_type.items()))
+    return [Figure("s3_requests_per_commit", f"requests per commit ({kinds or 'no steady commits'})",
+                   steady.get("per_commit"), 30, True, ".1f", "", _failed("s3")),
+            Figure("s3_first_commit_s", "first commit visible after the first START-COMMIT",
+                   _get(r, "lakesink", "first_commit_after_ready_s"), 5, True, ".1f", " s",
+                   _failed("s3") if run is None else "no data commit after a START-COMMIT in its lakesink phase"),
+            Figure("s3_requests_by_role", "requests by role (workers, coordinator, compaction)", None,
+                   why="the S3 server counts requests by type, not by client")]
+
+
+def upsert_figures(run: dict | None) -> list[Figure]:
+    line = _get(run, "last_line") or {}
+
+    def number(key: str) -> float | None:
+        try:
+            return float(line[key])
+        except (KeyError, ValueError):
+            return None
+    why = _failed("upsert") if run is None else "the baseline did not run (--no-sss: it needs Spark's Kafka source)"
+    return [Figure("upsert_warm_ratio", "warm (stream) x foreachBatch + MERGE", number("stream_ratio"), 2, why=why),
+            Figure("upsert_cold_ratio", "cold (backlog) x foreachBatch + MERGE", number("ratio"), 1, why=why),
+            Figure("upsert_debezium", "on a Debezium stream", None, why="the upsert mode reads plain-JSON keyed "
+                                                                        "changes only")]
+
+
+def many_tables_figures(run: dict | None, tables: int) -> list[Figure]:
+    line = _get(run, "last_line") or {}
+    try:
+        ratio = float(line["ratio"])
+    except (KeyError, ValueError):
+        ratio = None
+    return [Figure("many_tables_ratio", f"{tables} tables x one table", ratio, 0.8, spec=".3f",
+                   why=_failed("many-tables")),
+            Figure("many_tables_p99_visibility", "per-table p99 visibility", None,
+                   why="the many-tables bench sinks a backlog; it has no steady-rate phase")]
+
+
+def goal_figures(runs: dict[str, dict | None], args: argparse.Namespace) -> dict[str, list[Figure]]:
+    """Each goal run (of args.only) and its figures, in the goals' order."""
+    cores = os.cpu_count() or 1
+    build = {
+        "formats": lambda: formats_figures(runs, args.formats),
+        "visibility": lambda: visibility_figures(runs.get("visibility")),
+        "append": lambda: append_figures(runs.get("append"), "append", 0.9, 2.5, cores),
+        "append-large": lambda: append_figures(runs.get("append-large"), "append-large", 1.0, None, cores),
+        "s3": lambda: s3_figures(runs.get("s3")),
+        "upsert": lambda: upsert_figures(runs.get("upsert")),
+        "many-tables": lambda: many_tables_figures(runs.get("many-tables"), args.sizes.many_tables),
+    }
+    return {goal: build[goal]() for goal in GOALS if goal in args.only}
+
+
+def report(goals: dict[str, list[Figure]], titles: dict[str, str]) -> list[str]:
+    """The goals' lines, then the machine-readable last line."""
+    lines = ["", "goals (ratios against the baselines of this run):"]
+    met = measured = 0
+    for goal, figures in goals.items():
+        lines.append(f"  {goal:<12} {titles[goal]}")
+        for figure in figures:
+            lines.append(f"  {'':<12}   {figure.text()}")
+            if figure.met is not None:
+                measured += 1
+                met += figure.met
+    pairs = [f"{f.key}={'n/a' if f.value is None else format(f.value, f.spec.lstrip(','))}"
+             for figures in goals.values() for f in figures if f.value is not None or f.target is not None]
+    lines.append(f"goals_met={met}/{measured} " + " ".join(pairs))
+    return lines
+
+
+def titles(args: argparse.Namespace) -> dict[str, str]:
+    s = args.sizes
+    return {
+        "formats": f"{s.formats_records:,} records, lakesink end to end against plain JSON's",
+        "visibility": f"produce -> visible at {s.visibility_rate:,} rec/s for {s.visibility_seconds:.0f} s, "
+                      f"transaction.interval.ms=1000, compaction on",
+        "append": f"{s.append_records:,} records, warm rates",
+        "append-large": f"{s.append_large_records:,} records, warm rates",
+        "s3": f"local S3 server, {s.s3_records:,} records then a {s.s3_latency_seconds:.0f} s steady stream",
+        "upsert": f"{s.upsert_rows:,} rows, {s.upsert_changes:,} + {s.upsert_changes:,} changes",
+        "many-tables": f"{s.many_records:,} records, {s.many_tables} topics -> {s.many_tables} tables against 1 table",
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap", help="use this broker instead of starting one in a temporary directory")
+    p.add_argument("--quick", action="store_true", help="development sizes: every step in seconds, figures that "
+                                                        "say only that the path works")
+    p.add_argument("--only", default=",".join(GOALS), help=f"comma-separated goals, of {','.join(GOALS)}")
+    p.add_argument("--formats", default=",".join(FORMATS),
+                   help=f"the formats step's runs, of {','.join(FORMATS)} (json, the baseline, always runs)")
+    p.add_argument("--no-sss", dest="sss", action="store_false",
+                   help="leave out what needs Spark's Kafka source (SSS in append, the upsert baseline), which "
+                        "`lakesink deps` does not fetch: the first run with it fetches it from Maven Central")
+    p.add_argument("--step-timeout", type=float, default=2400, help="seconds one step may take")
+    p.add_argument("--out", help="where each step's log and JSON go (default .cache/bench/<time>), kept")
+    args = p.parse_args(argv)
+    args.only = [x.strip() for x in args.only.split(",") if x.strip()]
+    if set(args.only) - set(GOALS):
+        p.error(f"unknown goal(s) {','.join(sorted(set(args.only) - set(GOALS)))}; choose from {','.join(GOALS)}")
+    formats = [x.strip() for x in args.formats.split(",") if x.strip()]
+    if set(formats) - set(FORMATS):
+        p.error(f"unknown format(s) {','.join(sorted(set(formats) - set(FORMATS)))}; choose from {','.join(FORMATS)}")
+    args.formats = tuple(x for x in FORMATS if x == "json" or x in formats)
+    args.sizes = QUICK if args.quick else FULL
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    out = Path(args.out or ROOT / ".cache" / "bench" / time.strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    broker_dir = None
+    broker = None
+    started = time.monotonic()
+    try:
+        print(f"machine: {machine()}; code {code_state()}; logs and figures in {out}", flush=True)
+        bootstrap = args.bootstrap
+        if not bootstrap:
+            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
+
+            print("starting a Kafka broker ...", flush=True)
+            broker_dir = Path(tempfile.mkdtemp(prefix="lakesink-bench-goals-"))
+            broker = LocalKafka(broker_dir / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
+            bootstrap = broker.bootstrap
+        plan = steps(args)
+        runs = {step.name: run_step(step, bootstrap, out, args.step_timeout, f"{i}/{len(plan)}")
+                for i, step in enumerate(plan, 1)}
+        goals = goal_figures(runs, args)
+        lines = report(goals, titles(args))
+        (out / "goals.json").write_text(json.dumps(
+            {"code": code_state(), "machine": machine(), "quick": args.quick, "failed": [k for k, v in runs.items()
+                                                                                         if v is None],
+             "goals": {goal: [{"key": f.key, "label": f.label, "value": f.value, "target": f.target,
+                               "at_most": f.at_most, "met": f.met, "why": f.why} for f in figures]
+                       for goal, figures in goals.items()}}, indent=2))
+        failed = [name for name, figures in runs.items() if figures is None]
+        lines.insert(1, f"{len(plan)} steps in {fmt((time.monotonic() - started) / 60, '.1f')} minutes"
+                        + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+        print("\n".join(lines), flush=True)
+        return 1 if failed else 0
+    except KeyboardInterrupt:
+        print("interrupted: stopping everything", flush=True)
+        return 130
+    finally:
+        if broker is not None:
+            broker.stop()
+        if broker_dir is not None:
+            shutil.rmtree(broker_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
