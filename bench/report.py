@@ -156,7 +156,10 @@ def report_requests(label: str, requests: dict | None) -> list[str]:
         kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(x["by_type"].items()))
         per = f"{x['per_commit']:,.1f} per commit ({x['commits']} commits), " if x["commits"] else ""
         failed = f"; {x['failed']:,} answered non-2xx" if x["failed"] else ""
-        return f"    {what}: {per}{x['total']:,} requests: {kinds}{failed}"
+        sources = x.get("per_commit_by_source") or x.get("by_source") or {}
+        by_source = ("\n      by client and object" + (" per commit" if x.get("per_commit_by_source") else "") + ": "
+                     + ", ".join(f"{k} {v:,.1f}" for k, v in sources.items())) if sources else ""
+        return f"    {what}: {per}{x['total']:,} requests: {kinds}{failed}{by_source}"
 
     out = [f"  {label} S3 requests (counted by the server; HEAD counts as GET):"]
     out += [x for x in (line("steady, first commit visible -> last", requests.get("steady")),

@@ -3,9 +3,11 @@ the S3 requests it counts (per run of a phase: RequestMeter), a way to watch a t
 request, and where a table of the bench lives (table_log, table_store).
 
 Requests are counted by the server itself (`SeaweedFS_s3_request_total{bucket,code,type}`: one per request,
-whatever its answer; HEAD counts as type GET, a multipart upload as POST + PUT per part + POST), so nothing sits
-between lakesink and the store. The benchmark reads the log through SeaweedFS's filer HTTP API instead of S3,
-so its own polling never shows in those counts.
+whatever its answer; HEAD counts as type GET, a multipart upload as POST + PUT per part + POST). The clients reach
+the server through the test kit's proxy (testkit/s3proxy.py, which forwards every byte as it came), whose record of
+each request attributes them: by client (its User-Agent: pyarrow, S3A, boto3, delta-rs) and by what they touch (a
+Delta log entry, the log's listing, a checkpoint, a checksum, lakesink's own files, a data file). The benchmark
+reads the log through SeaweedFS's filer HTTP API instead of S3, so its own polling never shows in those counts.
 """
 from __future__ import annotations
 
@@ -13,21 +15,40 @@ import json
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from connector.local.s3 import LocalS3, _port_pair
+from testkit.s3proxy import S3Proxy
 
 _REQUESTS = re.compile(r'^SeaweedFS_s3_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 
 
 class BenchS3(LocalS3):
-    """A LocalS3 that also serves Prometheus metrics, and whose filer port is known."""
+    """A LocalS3 that also serves Prometheus metrics, whose filer port is known, and whose clients (`endpoint`)
+    reach it through a proxy that records each request."""
 
     def __init__(self, data_dir: Path):
         super().__init__(data_dir)
         self.metrics_port = _port_pair()
         self.filer_port: int | None = None
+        self.proxy: S3Proxy | None = None
+
+    def start(self) -> "BenchS3":
+        super().start()
+        self.proxy = S3Proxy(LocalS3.endpoint.fget(self)).start()
+        return self
+
+    def stop(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+        super().stop()
+
+    @property
+    def endpoint(self) -> str:
+        return self.proxy.endpoint if self.proxy is not None else LocalS3.endpoint.fget(self)
 
     def _command(self) -> list[str]:
         args = super()._command()
@@ -73,8 +94,19 @@ class RequestMeter:
         return {k: b[k] - a.get(k, 0) for k in sorted(b) if b[k] - a.get(k, 0)}
 
     def requests(self, start: float, end: float, commits: int) -> dict:
-        """The requests answered between two moments (as sampled), totalled and per commit."""
-        return summarise(self.between(start, end), commits)
+        """The requests answered between two moments (as sampled), totalled and per commit, and those the proxy saw
+        arrive between them by client and object."""
+        out = summarise(self.between(start, end), commits)
+        proxy = self.server.proxy
+        if proxy is not None:
+            sources: dict[str, int] = {}
+            for seen in list(proxy.counters.seen):
+                if start <= seen.at <= end:
+                    key = f"{client_of(seen.agent)} {seen.method} {object_of(seen.path, seen.query)}"
+                    sources[key] = sources.get(key, 0) + 1
+            out["by_source"] = dict(sorted(sources.items(), key=lambda kv: -kv[1]))
+            out["per_commit_by_source"] = {k: v / commits for k, v in out["by_source"].items()} if commits else None
+        return out
 
     def run_requests(self, started: float, ready: float | None, ended: float, data: list) -> dict:
         """The requests of a lakesink or SSS run whose data versions are `data` (DeltaLogWatcher.data_versions()):
@@ -99,6 +131,39 @@ def summarise(requests: dict[str, int], commits: int) -> dict:
             "failed": sum(n for key, n in requests.items() if not key.split()[1].startswith("2")),
             "commits": commits, "per_commit": total / commits if commits else None,
             "per_commit_by_type": {k: v / commits for k, v in by_type.items()} if commits else None}
+
+
+_CLIENTS = (("aws-sdk-cpp", "pyarrow"), ("hadoop", "S3A"), ("aws-sdk-java", "S3A"), ("boto3", "boto3"),
+            ("botocore", "boto3"), ("object_store", "delta-rs"))
+
+
+def client_of(agent: str) -> str:
+    """The library behind a request, from its User-Agent."""
+    lowered = agent.lower()
+    return next((name for token, name in _CLIENTS if token in lowered), (agent.split("/", 1)[0] or "?")[:20])
+
+
+def object_of(path: str, query: str) -> str:
+    """What a request touches, from its path (/bucket/key) or, for a listing, its prefix."""
+    params = urllib.parse.parse_qs(query)
+    key = path.lstrip("/").partition("/")[2]
+    listing = not key and ("list-type" in params or "prefix" in params or "delimiter" in params)
+    target = params.get("prefix", [""])[0] if listing else key
+    parts = target.split("/")
+    name = parts[-1]
+    if "_delta_log" in parts:
+        kind = ("log listing" if listing else "log entry" if name.endswith(".json") else
+                "checkpoint" if "checkpoint" in name else "checksum" if name.endswith(".crc") else "log other")
+    elif "_lakesink" in parts:
+        kind = "lakesink " + (parts[parts.index("_lakesink") + 2] if len(parts) > parts.index("_lakesink") + 2
+                              else "state")
+    elif name.endswith(".parquet"):
+        kind = "data file"
+    elif not target:
+        kind = "bucket"
+    else:
+        kind = "other"
+    return f"{kind} (listing)" if listing and kind != "log listing" else kind
 
 
 class FilerLog:

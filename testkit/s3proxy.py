@@ -35,11 +35,15 @@ FRAMING_HEADERS = ("content-length", "transfer-encoding", "content-encoding", "x
 
 @dataclass(frozen=True)
 class Seen:
-    """One request as it came: its method, path and the headers that frame or sign its body."""
+    """One request as it came: its method, path and the headers that frame or sign its body; its query, client
+    (User-Agent) and arrival (time.time()) for attributing requests."""
 
     method: str
     path: str
     framing: dict[str, str]
+    query: str = ""
+    agent: str = ""
+    at: float = 0.0
 
 
 @dataclass
@@ -321,9 +325,11 @@ class S3Proxy:
                 if head is None:
                     return
                 method, target, version = head.start_line.decode("latin-1").split(" ", 2)
-                path = urllib.parse.urlsplit(target).path
+                parts = urllib.parse.urlsplit(target)
+                path = parts.path
                 self._count("requests", Seen(method, path, {name: head.get(name) for name in FRAMING_HEADERS
-                                                            if head.get(name) is not None}))
+                                                            if head.get(name) is not None},
+                                             parts.query, head.get("user-agent") or "", time.time()))
                 if method == "PUT" and self.delay_path.search(path):
                     self._meet(path)
                 if method == "PUT" and self.put_delay_s > 0 and self.delay_path.search(path):
