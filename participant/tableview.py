@@ -68,7 +68,14 @@ class TableView:
         converter.set_generated(self.generated)
 
     def refresh(self, table_version: int | None = None) -> None:
+        """Read the table's view again, unless it is at `table_version` already or the versions since the one it
+        was read at changed only data (TableSnapshot.changes_layout: a read of each new log entry, where loading
+        the snapshot again lists the log and reads its checkpoint pointer and checksums)."""
         if table_version is not None and table_version == self.schema_version:
+            return
+        if (table_version is not None and self.schema_version is not None and 0 <= self.schema_version < table_version
+                and not self._table.changes_layout(self.schema_version, table_version)):
+            self.schema_version = table_version
             return
         dt = self._table.delta()
         if dt is None:

@@ -205,7 +205,10 @@ class Store:
     # --- reads ----------------------------------------------------------------------------------------------
 
     def read_bytes(self, relative: str) -> bytes | None:
-        """The file's bytes, None when it does not exist."""
+        """The file's bytes, None when it does not exist. On S3 one GET (pyarrow's input stream sends a HEAD
+        first); a failure to read is an OSError either way."""
+        if self.root.is_s3:
+            return self._get_s3(relative)
         try:
             with self.fs.open_input_stream(self.path(relative)) as stream:
                 return stream.read()
@@ -215,6 +218,41 @@ class Store:
             if _not_found(exc):
                 return None
             raise
+
+    def _s3_key(self, relative: str) -> str:
+        """The object key of `relative` under the root (a table at the bucket's root has an empty key)."""
+        return f"{self.root.key}/{relative}" if self.root.key else relative
+
+    def _get_s3(self, relative: str) -> bytes | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return self.client.get_object(Bucket=self.root.bucket, Key=self._s3_key(relative))["Body"].read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404") or \
+                    exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return None
+            raise OSError(f"reading {self.path(relative)}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise OSError(f"reading {self.path(relative)}: {exc}") from exc
+
+    def exists(self, relative: str) -> bool:
+        """Whether the file exists: on S3 one HEAD (pyarrow's file info lists the prefix too when the key is
+        missing, to tell a directory); a failure to ask is an OSError."""
+        if not self.root.is_s3:
+            return Path(self.path(relative)).exists()
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_object(Bucket=self.root.bucket, Key=self._s3_key(relative))
+            return True
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 or \
+                    exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return False
+            raise OSError(f"looking for {self.path(relative)}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise OSError(f"looking for {self.path(relative)}: {exc}") from exc
 
     def missing(self, relatives: list[str]) -> list[str]:
         """Those of `relatives` that do not exist (one request per file on S3)."""
@@ -278,7 +316,7 @@ class Store:
         from botocore.exceptions import ClientError
 
         try:
-            self.client.put_object(Bucket=self.root.bucket, Key=f"{self.root.key}/{relative}", Body=data,
+            self.client.put_object(Bucket=self.root.bucket, Key=self._s3_key(relative), Body=data,
                                    IfNoneMatch="*")
             return True
         except ClientError as exc:

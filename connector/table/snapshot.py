@@ -5,6 +5,7 @@ the table through the same object.
 """
 from __future__ import annotations
 
+import json
 import logging
 
 import pyarrow as pa
@@ -15,6 +16,13 @@ from connector.storage.store import Store
 from connector.table.features import TableProfile, read_profile
 
 log = logging.getLogger(__name__)
+
+DATA_ACTIONS = frozenset({"add", "remove", "txn", "commitInfo", "cdc"})
+"""The Delta log actions that change a table's data but not what it demands of its writers (its schema,
+properties, partitioning, protocol): a version holding only these leaves a writer's view of the table as it was."""
+LAYOUT_CHECK_VERSIONS = 16
+"""At most this many new log versions are read one by one to learn whether a writer's view must be read again;
+beyond them it is read again (one incremental load instead of many small reads)."""
 
 
 class TableSnapshot:
@@ -28,8 +36,15 @@ class TableSnapshot:
     def delta(self):
         """The table's newest snapshot, None when it does not exist: loaded once, then brought up to date by reading
         only the log versions added since (a full load lists and reads the log since the last checkpoint, on S3 one
-        request per file)."""
+        request per file). Log versions are numbered without gaps, so while the version after the snapshot's is not
+        there the snapshot is the newest: one look for that file (a HEAD on S3) instead of delta-rs's update, which
+        lists the log and reads its checkpoint pointer, called several times around each commit."""
         if self._table is not None:
+            try:
+                if not self.store.exists(f"_delta_log/{self._table.version() + 1:020d}.json"):
+                    return self._table
+            except OSError as exc:  # delta-rs's update meets the same store and says what is wrong
+                log.debug("looking for %s's next log version: %s", self.table_path, exc)
             try:
                 self._table.update_incremental()
                 return self._table
@@ -48,6 +63,26 @@ class TableSnapshot:
         if self._table is not None and self._table.version() == version:
             return self._table
         return self.store.delta_table(version=version)
+
+    def changes_layout(self, after: int, upto: int) -> bool:
+        """Whether a version in (after, upto] may have changed what the table demands of its writers: False only
+        when each of those versions' log entries (one read each) holds data actions alone (DATA_ACTIONS). A missing
+        or unreadable entry, an action of any other kind, or more than LAYOUT_CHECK_VERSIONS versions count as a
+        change."""
+        if not 0 <= after < upto or upto - after > LAYOUT_CHECK_VERSIONS:
+            return True
+        for version in range(after + 1, upto + 1):
+            try:
+                entry = self.store.read_bytes(f"_delta_log/{version:020d}.json")
+                if entry is None:
+                    return True
+                for line in entry.splitlines():
+                    if line.strip() and not json.loads(line).keys() <= DATA_ACTIONS:
+                        return True
+            except (OSError, ValueError, AttributeError) as exc:  # unreadable, not JSON, not an object
+                log.debug("reading %s's log version %d for a layout change: %s", self.table_path, version, exc)
+                return True
+        return False
 
     def exists(self) -> bool:
         return self.delta() is not None
