@@ -44,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import start_broker, stop_on_sigterm  # noqa: E402
 from bench.report import code_state, fmt, machine  # noqa: E402
 
 FORMATS = ("json", "avro", "protobuf", "json_schema", "connect", "json+debezium", "connect+debezium",
@@ -379,10 +380,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, on_signal)
+    stop_on_sigterm()
     out = Path(args.out or ROOT / ".cache" / "bench" / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     broker_dir = None
@@ -392,11 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"machine: {machine()}; code {code_state()}; logs and figures in {out}", flush=True)
         bootstrap = args.bootstrap
         if not bootstrap:
-            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
-
             print("starting a Kafka broker ...", flush=True)
             broker_dir = Path(tempfile.mkdtemp(prefix="lakesink-bench-goals-"))
-            broker = LocalKafka(broker_dir / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
+            broker = start_broker(broker_dir / "kafka")
             bootstrap = broker.bootstrap
         plan = steps(args)
         runs = {step.name: run_step(step, bootstrap, out, args.step_timeout, f"{i}/{len(plan)}")

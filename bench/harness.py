@@ -27,6 +27,22 @@ class PhaseFailed(RuntimeError):
     pass
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM raises KeyboardInterrupt in the main thread: a bench stops what it started as on Ctrl-C."""
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+
+
+def start_broker(directory: Path):
+    """A KRaft broker of a bench run in `directory`: a 1 GiB heap and the full JIT, not the test suite's quick
+    tier (connector/local/kafka.py FULL_JVM_OPTIONS)."""
+    from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
+
+    return LocalKafka(directory, heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
+
+
 def say(text: str) -> None:
     print(text, flush=True)
 

@@ -33,7 +33,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import (POLL_S, ControlTail, DeltaLogWatcher, TreeMemory, delta_rs_rows, pct,  # noqa: E402
-                           proc_status)
+                           proc_status, start_broker, stop_on_sigterm)
 from bench.records import produce_backlog  # noqa: E402
 from bench.report import code_state, fmt, machine  # noqa: E402
 from connector.config import TABLE_TEMPLATE  # noqa: E402
@@ -372,20 +371,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, on_signal)
+    stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="lakesink-many-tables-"))
     broker = None
     try:
         print(f"machine: {machine()}; work directory {work}", flush=True)
         bootstrap = args.bootstrap
         if bootstrap is None:
-            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
-
             print("starting a Kafka broker ...", flush=True)
-            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
+            broker = start_broker(work / "kafka")
             bootstrap = broker.bootstrap
         both = layouts(args.records, args.tables, args.partitions)
         for layout in both:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import append, scale, upsert  # noqa: E402
 from bench.append import DEFAULT_PHASES, PHASES  # noqa: E402
-from bench.harness import say  # noqa: E402
+from bench.harness import say, start_broker, stop_on_sigterm  # noqa: E402
 from bench.registry_rows import FORMATS as REGISTRY_FORMATS  # noqa: E402
 from bench.report import machine  # noqa: E402
 
@@ -142,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return {**append.CHILDREN, **upsert.CHILDREN}[args.child](args)
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, on_signal)
+    stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     started_on = machine()  # with the load average before anything started
     broker = None
@@ -153,10 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"machine: {started_on}; work directory {work}")
         bootstrap = args.bootstrap
         if not bootstrap:
-            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
-
             say("starting a Kafka broker ...")
-            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
+            broker = start_broker(work / "kafka")
             bootstrap = broker.bootstrap
         mode = {"append": append, "upsert": upsert, "scale": scale}[args.mode]
         return mode.run(args, work, bootstrap, started_on)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import proc_status  # noqa: E402
+from bench.harness import proc_status, start_broker  # noqa: E402
 from bench.records import make_value, produce_backlog  # noqa: E402
 from testkit import LakesinkProcess, create_topic, open_table, pipeline_config, wait_until  # noqa: E402
 
@@ -96,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         broker = None
         if args.bootstrap is None:
-            from connector.local.kafka import FULL_JVM_OPTIONS, LocalKafka
-
-            broker = LocalKafka(work / "kafka", heap="1g", jvm_options=FULL_JVM_OPTIONS).start()
+            broker = start_broker(work / "kafka")
         bootstrap = args.bootstrap or broker.bootstrap
         try:
             results = []
