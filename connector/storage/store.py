@@ -229,8 +229,7 @@ class Store:
         try:
             return self.client.get_object(Bucket=self.root.bucket, Key=self._s3_key(relative))["Body"].read()
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404") or \
-                    exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            if object_missing(exc):
                 return None
             raise OSError(f"reading {self.path(relative)}: {exc}") from exc
         except BotoCoreError as exc:
@@ -247,8 +246,7 @@ class Store:
             self.client.head_object(Bucket=self.root.bucket, Key=self._s3_key(relative))
             return True
         except ClientError as exc:
-            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 or \
-                    exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if object_missing(exc):
                 return False
             raise OSError(f"looking for {self.path(relative)}: {exc}") from exc
         except BotoCoreError as exc:
@@ -348,6 +346,13 @@ def _synced_temporary(target: Path, data: bytes) -> Path:
         out.flush()
         os.fsync(out.fileno())
     return temporary
+
+
+def object_missing(error) -> bool:
+    """Whether a botocore ClientError of a GET or HEAD says the object does not exist (a HEAD's answer has no body,
+    so its code is the status)."""
+    return (error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404
+            or error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"))
 
 
 def name_taken(error) -> bool:
