@@ -20,6 +20,7 @@ from connector.errors import CommitError, TableHistoryError
 from connector.protocol.messages import Offsets, txn_version
 from connector.schema.columns import TOPIC
 from connector.table.recovery import Recovered, Recovery
+from connector.table.snapshot import log_entry
 from connector.table.state import META_DIR, read_commit_metadata
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def restored_to(info: dict) -> int | None:
 def commit_info(table: Recovery, version: int) -> dict | None:
     """The commitInfo of Delta version `version`, read from its log file ({} when it has none; None when the file is
     gone). The file, not delta-rs's history, whose entries can carry the wrong version while others commit."""
-    data = table.store.read_bytes(f"_delta_log/{version:020d}.json")
+    data = table.store.read_bytes(log_entry(version))
     if data is None:
         return None
     for line in data.splitlines():

@@ -25,6 +25,11 @@ LAYOUT_CHECK_VERSIONS = 16
 beyond them it is read again (one incremental load instead of many small reads)."""
 
 
+def log_entry(version: int) -> str:
+    """The path of a Delta log version's entry, relative to the table."""
+    return f"_delta_log/{version:020d}.json"
+
+
 class TableSnapshot:
     """One table's newest snapshot through delta-rs (`deltalake`), loaded once and then brought up to date."""
 
@@ -41,7 +46,7 @@ class TableSnapshot:
         lists the log and reads its checkpoint pointer, called several times around each commit."""
         if self._table is not None:
             try:
-                if not self.store.exists(f"_delta_log/{self._table.version() + 1:020d}.json"):
+                if not self.store.exists(log_entry(self._table.version() + 1)):
                     return self._table
             except OSError as exc:  # delta-rs's update meets the same store and says what is wrong
                 log.debug("looking for %s's next log version: %s", self.table_path, exc)
@@ -73,7 +78,7 @@ class TableSnapshot:
             return True
         for version in range(after + 1, upto + 1):
             try:
-                entry = self.store.read_bytes(f"_delta_log/{version:020d}.json")
+                entry = self.store.read_bytes(log_entry(version))
                 if entry is None:
                     return True
                 for line in entry.splitlines():
