@@ -27,11 +27,12 @@ def avro_envelope(ns: str, row: dict, **extra) -> dict:
         {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
 
 
-def convert_both(fast, slow, what: str, args: tuple) -> bool:
+def convert_both(fast, slow, what: str, args: tuple, path: str = "envelopes") -> bool:
     """Convert one batch (`Converter.convert_raw`'s arguments) with two converters of the same settings, `fast` with
-    its batch path of Debezium events and `slow` without; assert they give the same table, schema, record errors and
-    offsets. Whether `fast` took the batch by its batch path."""
-    before = fast._changes.envelopes.taken
+    its batch path of Debezium events (the `Changes` attribute `path`: `envelopes` for typed events, `plain_events`
+    for plain JSON) and `slow` without; assert they give the same table, schema, record errors and offsets. Whether
+    `fast` took the batch by its batch path."""
+    before = getattr(fast._changes, path).taken
     got, want = fast.convert_raw(*args), slow.convert_raw(*args)
     assert (got.table is None) == (want.table is None), what
     if want.table is not None:
@@ -41,4 +42,4 @@ def convert_both(fast, slow, what: str, args: tuple) -> bool:
            [(f.offset, f.error_class, f.error_message) for f in want.failures], what
     assert (got.first_offset, got.next_offset) == (want.first_offset, want.next_offset), what
     assert fast.schema == slow.schema, what
-    return fast._changes.envelopes.taken > before
+    return getattr(fast._changes, path).taken > before

@@ -292,24 +292,76 @@ class JsonRows:
         self.schema = self.schema if self.schema is not None and schema.equals(self.schema) else schema
         return table, index
 
-    def _read(self, joined: bytes, rows: int, rules: Rules) -> pa.Table:
-        """The reader's table of `rows` JSON lines; raises _ChunkFailed."""
+    def read_within(self, lines: list[bytes], array: pa.Array, at: str, take: Callable[[pa.Table, pa.Table], Any]
+                    ) -> tuple[pa.Table, Any] | None:
+        """The rows held in field `at` of the JSON objects `lines` (one a line), read as `read` reads whole records
+        (the held schema grown by them), and what `take` makes of them and of the objects as the reader gives them
+        (`at` among their fields); None, with nothing held or learnt, where `take` gives None or any line would be
+        a record error or asks for a look of its own:
+
+        - a line with a raw newline, not an object, not UTF-8, or a text the reader refuses (a field twice in an
+          object, a number beyond a double, a lone surrogate);
+        - an `at` that is missing, null or no object;
+        - a row the rules refuse, or a field with the reserved prefix;
+        - a double that is not finite, or an integer beyond 2^53 in the rows that `read` refuses (`rounded`): where
+          a row holds a double of that size, its line is parsed again to find the integers.
+
+        The reader parses a field of an object as it parses a whole line, so the rows are those `read` gives for the
+        lines of `at`'s objects alone."""
+        joined = b"\n".join(lines)
+        if len(joined) > _MAX_PARSE_BYTES or joined.count(b"\n") != len(lines) - 1 \
+                or not pc.all(pc.starts_with(array, "{")).as_py() or not pc.all(pc.ends_with(array, "}")).as_py():
+            return None
+        try:
+            joined.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        rules = self._rules()
+        try:
+            objects = self._read(joined, len(lines), rules, at)
+            column = objects.column(at)
+            if column.null_count or not pa.types.is_struct(column.type):
+                return None
+            rows = pa.Table.from_struct_array(column)
+            suspects = _big_doubles(rows)
+            if suspects is None:
+                return None
+            table, schema = settle(rows, self.schema, rules)
+        except (_ChunkFailed, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return None
+        if rules.bad or self.meta and any(name.lower().startswith(META_PREFIX) for name in schema.names):
+            return None
+        for j in suspects:  # the integers `_parse` checks, in the rows where a double may hold one
+            if any(path[:1] == [at] and rounded(schema, path[1:], value) for path, value in big_ints(lines[j])):
+                return None
+        taken = take(table, objects)
+        if taken is None:
+            return None
+        grow_extents(table, rules)
+        self.schema = self.schema if self.schema is not None and schema.equals(self.schema) else schema
+        return table, taken
+
+    def _read(self, joined: bytes, rows: int, rules: Rules, at: str | None = None) -> pa.Table:
+        """The reader's table of `rows` JSON lines; raises _ChunkFailed. `at`: the rows are that field of each line's
+        object (`read_within`), whose other fields the reader infers."""
         read_options = pj.ReadOptions(
             block_size=max(len(joined) + 1, 1024), use_threads=len(joined) > _THREADED_PARSE_BYTES
         )
         try:
-            if self.schema is None:
-                explicit = None
+            explicit = None if self.schema is None else parse_schema(self.schema, rules)
+            if at is not None:
+                explicit = pa.schema([pa.field(at, pa.struct(list(explicit or ())))])
+            if explicit is None:
                 table = pj.read_json(pa.BufferReader(joined), read_options)
             else:
-                explicit = parse_schema(self.schema, rules)
                 options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
                 table = pj.read_json(pa.BufferReader(joined), read_options, options)
             # read again with the types the reader inferred, given: its own timestamps drop the zone (read as the
             # strings they are), and an array it typed from its items loses the nulls before the first typed one
             # ([null, 1] reads as [1] in an array that no longer holds together), which a given type keeps
             given = pa.struct(explicit) if explicit is not None else None
-            if inferred_list(pa.struct(table.schema), given) or any(has_timestamp(f.type) for f in table.schema):
+            read = table.schema if at is None else pa.schema([table.schema.field(at)])  # the rows' part of it
+            if inferred_list(pa.struct(read), given) or any(has_timestamp(f.type) for f in read):
                 options = pj.ParseOptions(explicit_schema=as_strings(table.schema), unexpected_field_behavior="infer")
                 table = pj.read_json(pa.BufferReader(joined), read_options, options)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
@@ -429,6 +481,31 @@ def _outvoted(lines: list[bytes], held: pa.Schema | None) -> dict[int, tuple[str
                     f"batch with that field hold {article} {winner} there, which the column takes"))
                 break
     return out
+
+
+def _big_doubles(table: pa.Table) -> list[int] | None:
+    """The rows of `table` holding a floating-point value of 2^53 or more in magnitude (where the reader may have
+    rounded an integer), in order; None where a value is not finite."""
+    found: set[int] = set()
+
+    def walk(array: pa.Array, rows: pa.Array | None) -> bool:
+        kind = array.type
+        if pa.types.is_floating(kind):
+            if pc.any(pc.invert(pc.is_finite(array))).as_py():
+                return False
+            hits = pc.indices_nonzero(pc.greater_equal(pc.abs(array), float(EXACT)).fill_null(False))
+            found.update((hits if rows is None else rows.take(hits)).to_pylist())
+        elif pa.types.is_struct(kind):
+            return all(walk(child, rows) for child in array.flatten())
+        elif is_list(kind):
+            parents = pc.list_parent_indices(array)
+            return walk(array.flatten(), parents if rows is None else rows.take(parents))
+        return True
+
+    table = table.combine_chunks()
+    if not all(walk(column.chunk(0), None) for column in table.columns if column.num_chunks):
+        return None
+    return sorted(found)
 
 
 def _pieces(lines: list[bytes], index: list[int]) -> list[tuple[list[bytes], list[int]]]:

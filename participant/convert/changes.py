@@ -43,6 +43,7 @@ from connector.upsert import (
 )
 from participant.convert.envelopes import EnvelopeBatch
 from participant.convert.keys import Keys
+from participant.convert.plain_events import PlainEvents
 from participant.convert.scope import Scope
 from participant.convert.values import PlainJson, Read, TypedFit, reject_wrapped
 
@@ -87,11 +88,17 @@ class Changes:
         self.envelopes = EnvelopeBatch(scope, upsert, keys) if upsert.envelope == "debezium" else None
         """The batch path of Debezium events with Connect schemas or in a registry's format (envelopes.py); None for
         other values."""
+        self.plain_events = PlainEvents(scope, upsert, scope.rows) if PlainEvents.applies(upsert) else None
+        """The batch path of plain-JSON Debezium events appended (plain_events.py); None for other modes."""
 
     def read_json(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
                   rejected: dict[int, tuple[str, str]]) -> Read:
         """Plain JSON changes: each record's row (`_unwrap`) read as plain JSON (`PlainJson.read_plain`)."""
         reject_wrapped(values, value_array, rejected)
+        if self.plain_events is not None and (batch := self.plain_events.read(values, value_array, rejected)):
+            self._carried, self._old_keys = [None] * len(values), {}
+            data, changes = batch
+            return Read(data, None, None, changes)
         lines, changes = self._unwrap(keys, values, rejected)
         data, kept, cut = self._plain.read_plain(lines, pa.array(lines, pa.binary()), rejected)
         return Read(data, kept, cut, changes)

@@ -208,7 +208,7 @@ class EnvelopeBatch:
         if not payloads:
             return _Group(left, [], None, [], None)
         joined = _joined(payloads)
-        if joined is None or any(text in joined for text in _NEVER_IN_BATCH) or _ASCII_ESCAPE.search(joined):
+        if joined is None or not placeholder_free(joined):
             return None
         part = self._part(decoder, joined, len(payloads))
         if part is None:
@@ -239,7 +239,8 @@ class EnvelopeBatch:
         if _holds_placeholders(rows):
             return None
         try:
-            group_changes = self._changes(table, table.column("op"), children.get("source"), lambda names: True)
+            group_changes = event_changes(table, _names(children.get("source")), lambda names: True,
+                                          self._upsert.cdc_columns)
         except Problem:
             return None
         return None if group_changes is None else _Group(left, taken, rows, group_changes, after)
@@ -269,13 +270,11 @@ class EnvelopeBatch:
         plain = _upserts(table)
         table = table.filter(plain)
         rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
-        for column in rows.columns:
-            if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-                if pc.any(pc.equal(pc.list_value_length(column), _CODES)).as_py():
-                    return None
+        if placeholder_codes(rows):
+            return None
         try:
-            changes = self._changes(table, table.column("op"), source,
-                                    lambda names: self._source_read(source, joined, names))
+            changes = event_changes(table, _names(source), lambda names: self._source_read(source, joined, names),
+                                    cdc)
         except Problem:
             return None
         return None if changes is None else (plain.to_pylist(), rows, changes)
@@ -344,42 +343,61 @@ class EnvelopeBatch:
                 return False
         return True
 
-    def _changes(self, table: pa.Table, ops: pa.ChunkedArray, source: Decoder | None,
-                 source_read: Callable[[tuple[str, ...]], bool]) -> list[Change] | None:
-        """Each event's change, as connector/formats/debezium.py `event_row` gives it for an op of c, u or r with
-        no placeholder, or None where a connector's position reads fields the typed `source` may not give as the
-        event has them (`source_read`); raises Problem for a time or position it refuses."""
-        n = table.num_rows
-        if not self._upsert.cdc_columns:
-            return [UPSERT] * n
-        empty = [None] * n
-        times = _ints(table.column("ts_ms").combine_chunks(), "ts_ms", "ts_ms", CDC_TS_MS) \
-            if "ts_ms" in table.column_names else empty
-        columns: dict[str, pa.Array] = {}
-        if source is not None:
-            struct = table.column("source").combine_chunks()
-            known = [name for name, _ in source.children]
-            columns = {name: pc.struct_field(struct, [known.index(name)]) for name in SOURCE_FIELDS if name in known}
-        connectors = set(columns["connector"].to_pylist()) if "connector" in columns else {None}
-        further = [name for connector in connectors for name in POSITION_FIELDS.get(connector, ())]
-        if further:
-            if source is None or not source_read(tuple(further)):
-                return None
-            columns.update((name, pc.struct_field(struct, [known.index(name)])) for name in further if name in known)
-        source_times = _ints(columns["ts_ms"], "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS) \
-            if "ts_ms" in columns else empty
-        lsns = _ints(columns["lsn"], "lsn", "source.lsn", CDC_SOURCE_LSN) if "lsn" in columns else empty
-        if connectors == {"postgresql"} and "lsn" in columns and pa.types.is_integer(columns["lsn"].type) \
-                and (pc.min(columns["lsn"]).as_py() or 0) >= 0:  # `source_position`: the lsn, 20 digits
-            positions = [None if lsn is None else f"{lsn:020d}" for lsn in lsns]
-        elif columns:
-            names = list(columns)
-            positions = [source_position(dict(zip(names, values)))
-                         for values in zip(*(array.to_pylist() for array in columns.values()))]
-        else:
-            positions = empty
-        return [Change(False, op, ts_ms, source_ts_ms, lsn, position) for op, ts_ms, source_ts_ms, lsn, position
-                in zip(ops.to_pylist(), times, source_times, lsns, positions)]
+
+def placeholder_free(joined: bytes) -> bool:
+    """Whether JSON text cannot hold Debezium's unavailable-value placeholder but as an integer array: none of its
+    text forms occurs, nor an escape that could spell one."""
+    return not any(text in joined for text in _NEVER_IN_BATCH) and _ASCII_ESCAPE.search(joined) is None
+
+
+def placeholder_codes(rows: pa.Table) -> bool:
+    """Whether a row's array may be the placeholder's form in integer and date arrays: as many elements as its
+    bytes."""
+    return any((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
+               and pc.any(pc.equal(pc.list_value_length(column), _CODES)).as_py() for column in rows.columns)
+
+
+def event_changes(table: pa.Table, source: list[str] | None, source_read: Callable[[tuple[str, ...]], bool],
+                  cdc: bool) -> list[Change] | None:
+    """Each event's change (`table`: the events, their `op` among its columns), as connector/formats/debezium.py
+    `event_row` gives it for an op of c, u or r with no placeholder, or None where a connector's position reads fields
+    the typed `source` (the names of its fields, None: no `source`) may not give as the event has them
+    (`source_read`); raises Problem for a time or position it refuses. `cdc`: the spec's `cdc_columns`."""
+    n = table.num_rows
+    if not cdc:
+        return [UPSERT] * n
+    empty = [None] * n
+    times = _ints(table.column("ts_ms").combine_chunks(), "ts_ms", "ts_ms", CDC_TS_MS) \
+        if "ts_ms" in table.column_names else empty
+    columns: dict[str, pa.Array] = {}
+    if source is not None:
+        struct = table.column("source").combine_chunks()
+        columns = {name: pc.struct_field(struct, [source.index(name)]) for name in SOURCE_FIELDS if name in source}
+    connectors = set(columns["connector"].to_pylist()) if "connector" in columns else {None}
+    further = [name for connector in connectors for name in POSITION_FIELDS.get(connector, ())]
+    if further:
+        if source is None or not source_read(tuple(further)):
+            return None
+        columns.update((name, pc.struct_field(struct, [source.index(name)])) for name in further if name in source)
+    source_times = _ints(columns["ts_ms"], "ts_ms", "source.ts_ms", CDC_SOURCE_TS_MS) \
+        if "ts_ms" in columns else empty
+    lsns = _ints(columns["lsn"], "lsn", "source.lsn", CDC_SOURCE_LSN) if "lsn" in columns else empty
+    if connectors == {"postgresql"} and "lsn" in columns and pa.types.is_integer(columns["lsn"].type) \
+            and (pc.min(columns["lsn"]).as_py() or 0) >= 0:  # `source_position`: the lsn, 20 digits
+        positions = [None if lsn is None else f"{lsn:020d}" for lsn in lsns]
+    elif columns:
+        names = list(columns)
+        positions = [source_position(dict(zip(names, values)))
+                     for values in zip(*(array.to_pylist() for array in columns.values()))]
+    else:
+        positions = empty
+    return [Change(False, op, ts_ms, source_ts_ms, lsn, position) for op, ts_ms, source_ts_ms, lsn, position
+            in zip(table.column("op").to_pylist(), times, source_times, lsns, positions)]
+
+
+def _names(decoder: Decoder | None) -> list[str] | None:
+    """The field names of a struct's decoder (None: no decoder)."""
+    return None if decoder is None else [name for name, _ in decoder.children]
 
 
 def _ints(array: pa.Array, field: str, path: str, column: str) -> list[Any]:
