@@ -292,12 +292,12 @@ class JsonRows:
         self.schema = self.schema if self.schema is not None and schema.equals(self.schema) else schema
         return table, index
 
-    def read_within(self, lines: list[bytes], array: pa.Array, at: str, take: Callable[[pa.Table, pa.Table], Any]
-                    ) -> tuple[pa.Table, Any] | None:
+    def read_within(self, lines: list[bytes], array: pa.Array, at: str, take: Callable[[pa.Table, pa.Table], Any],
+                    screen: Callable[[bytes], bool]) -> tuple[pa.Table, Any] | None:
         """The rows held in field `at` of the JSON objects `lines` (one a line), read as `read` reads whole records
         (the held schema grown by them), and what `take` makes of them and of the objects as the reader gives them
-        (`at` among their fields); None, with nothing held or learnt, where `take` gives None or any line would be
-        a record error or asks for a look of its own:
+        (`at` among their fields); None, with nothing held or learnt, where `screen` refuses the lines' text (joined
+        by newlines), `take` gives None, or any line would be a record error or asks for a look of its own:
 
         - a line with a raw newline, not an object, not UTF-8, or a text the reader refuses (a field twice in an
           object, a number beyond a double, a lone surrogate);
@@ -309,7 +309,7 @@ class JsonRows:
         The reader parses a field of an object as it parses a whole line, so the rows are those `read` gives for the
         lines of `at`'s objects alone."""
         joined = b"\n".join(lines)
-        if len(joined) > _MAX_PARSE_BYTES or joined.count(b"\n") != len(lines) - 1 \
+        if len(joined) > _MAX_PARSE_BYTES or not screen(joined) or joined.count(b"\n") != len(lines) - 1 \
                 or not pc.all(pc.starts_with(array, "{")).as_py() or not pc.all(pc.ends_with(array, "}")).as_py():
             return None
         try:

@@ -61,9 +61,7 @@ class PlainEvents:
         """The rows of the batch's events and each one's change; None: the per-record path reads the batch."""
         if rejected or value_array.null_count or not values:
             return None
-        if not placeholder_free(b"".join(values)):
-            return None
-        read = self._rows.read_within(values, value_array, "after", self._changes)
+        read = self._rows.read_within(values, value_array, "after", self._changes, placeholder_free)
         if read is None:
             return None
         self.taken += 1
