@@ -168,3 +168,33 @@ def test_a_batch_of_plain_events_stages_the_rows_after_holds():
 def test_keyed_and_changelog_modes_read_plain_events_record_by_record(mode):
     spec = UpsertSpec(mode=mode, key_fields=("a",) if mode != "changelog" else (), envelope="debezium")
     assert Converter("json", True, upsert=spec)._changes.plain_events is None
+
+
+@pytest.mark.integration
+def test_plain_debezium_events_appended_end_to_end_read_back_as_written(kafka_bootstrap, make_topic, tmp_path, spark):
+    """Through a real broker, worker, coordinator and Delta table: the JsonConverter's plain events, appended by the
+    batch path (the worker's converter counts its batches), read back with Spark as the rows they were written from,
+    with their op and source position."""
+    from confluent_kafka import Producer
+
+    from testkit.pipeline import Sink, drain_records, inprocess_config
+
+    topic = make_topic(partitions=1)
+    cfg = inprocess_config("plain-dbz", kafka_bootstrap, topic, tmp_path / "tables" / "t",
+                           **{"value.envelope": "debezium"})
+    rows = varied_rows(300, seed=13, characters=PLAIN_CHARACTERS)
+    write = ConnectWriter(KINDS, "debezium", schemas=False)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    for lsn, row in enumerate(rows, start=1):
+        producer.produce(topic, value=write(row, lsn), partition=0)
+    assert producer.flush(30) == 0
+    with Sink(cfg, spark) as sink:
+        drain_records(sink, cfg, {(topic, 0): len(rows)}, "the plain events appended")
+        assert sink.worker.table_view.converter((topic, 0))._changes.plain_events.taken >= 1
+    got = sorted((r.asDict() for r in spark.read.format("delta").load(cfg.table_path).collect()),
+                 key=lambda r: r["_kafka_offset"])
+    assert [r["_kafka_offset"] for r in got] == list(range(len(rows)))
+    for name in ("a", "b", "c", "d", "e", "g", "h"):
+        assert [r[name] for r in got] == [row[name] for row in rows], name
+    assert [r["_cdc_op"] for r in got] == ["c"] * len(rows)
+    assert [r["_cdc_source_position"] for r in got] == [f"{lsn:020d}" for lsn in range(1, len(rows) + 1)]
