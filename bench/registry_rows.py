@@ -50,6 +50,22 @@ def json_schema(name: str, fields: Fields) -> dict:
             "required": [field for field, _ in fields], "additionalProperties": False}
 
 
+def json_schema_envelope(row: dict) -> dict:
+    """The JSON Schema of a Debezium change event around the row schema `row` (a `json_schema`): before and after
+    each the row or null (`oneOf`, as Connect's JSON Schema converter writes an optional struct), source (version,
+    connector, ts_ms, lsn), op, ts_ms."""
+    inner = {key: value for key, value in row.items() if key != "$schema"}
+    optional = {"oneOf": [{"type": "null"}, inner]}
+    source = {"type": "object", "title": "io.debezium.connector.postgresql.Source", "additionalProperties": False,
+              "properties": {"version": {"type": "string"}, "connector": {"type": "string"},
+                             "ts_ms": {"type": "integer"}, "lsn": {"type": "integer"}},
+              "required": ["version", "connector", "ts_ms"]}
+    return {"$schema": row["$schema"], "title": f"{row['title']}.Envelope", "type": "object",
+            "properties": {"before": optional, "after": optional, "source": source, "op": {"type": "string"},
+                           "ts_ms": {"type": "integer"}},
+            "required": ["source", "op"], "additionalProperties": False}
+
+
 def protobuf_class(name: str, fields: Fields) -> type:
     """A proto3 message `bench.<name>` with one field per column, its class built from the descriptor."""
     from confluent_kafka.schema_registry.common.protobuf import _init_pool
@@ -124,8 +140,8 @@ class RowSerializer:
         unknown = {kind for _, kind in fields} - set(KINDS)
         if unknown:
             raise ValueError(f"unknown kinds {sorted(unknown)}")
-        if envelope not in ("none", "debezium") or envelope == "debezium" and fmt != "avro":
-            raise ValueError(f"envelope {envelope} is not written in {fmt}: none, or debezium in avro")
+        if envelope not in ("none", "debezium") or envelope == "debezium" and fmt == "protobuf":
+            raise ValueError(f"envelope {envelope} is not written in {fmt}: none, or debezium in avro and json_schema")
         self.fmt = fmt
         self._debezium = envelope == "debezium"
         message = None
@@ -146,7 +162,10 @@ class RowSerializer:
         else:
             from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
-            self._serializer = JSONSerializer(json.dumps(json_schema(name, fields)), client)
+            schema = json_schema(name, fields)
+            if envelope == "debezium":
+                schema = json_schema_envelope(schema)
+            self._serializer = JSONSerializer(json.dumps(schema), client)
         self._shape = _shaper(fmt, fields, message)
         self._context = SerializationContext(topic, MessageField.VALUE)
 

@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(skipped otherwise)")
     p.add_argument("--envelope", choices=["none", "debezium"], default="none",
                    help="debezium: each record is a Debezium change event (op c) whose row is the bench's record, "
-                        "read with value.envelope=debezium; in json, connect or avro")
+                        "read with value.envelope=debezium; in json, connect, avro or json_schema")
     p.add_argument("--storage", choices=["local", "s3"], default="local",
                    help="where the tables go: a local directory, or a local S3 server (SeaweedFS) the bench starts, "
                         "whose S3 requests it counts")
@@ -122,8 +122,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--mode {args.mode} runs on local tables only (--storage local)")
     if args.mode in ("upsert", "scale") and (args.format != "json" or args.envelope != "none"):
         p.error(f"--mode {args.mode} runs on plain JSON records only (--format json, --envelope none)")
-    if args.envelope == "debezium" and args.format not in ("json", "connect", "avro"):
-        p.error(f"--envelope debezium is written in json, connect or avro, not {args.format}")
+    if args.envelope == "debezium" and args.format == "protobuf":
+        p.error("--envelope debezium is written in json, connect, avro or json_schema, not protobuf")
     if len(args.scale_sizes) != len(args.scale_size_records):
         p.error("--scale-size-records takes one count per --scale-sizes")
     if any("=" not in setting for setting in args.settings):
