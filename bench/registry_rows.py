@@ -50,22 +50,6 @@ def json_schema(name: str, fields: Fields) -> dict:
             "required": [field for field, _ in fields], "additionalProperties": False}
 
 
-def json_schema_envelope(row: dict) -> dict:
-    """The JSON Schema of a Debezium change event around the row schema `row` (a `json_schema`): before and after
-    each the row or null (`oneOf`, as Connect's JSON Schema converter writes an optional struct), source (version,
-    connector, ts_ms, lsn), op, ts_ms."""
-    inner = {key: value for key, value in row.items() if key != "$schema"}
-    optional = {"oneOf": [{"type": "null"}, inner]}
-    source = {"type": "object", "title": "io.debezium.connector.postgresql.Source", "additionalProperties": False,
-              "properties": {"version": {"type": "string"}, "connector": {"type": "string"},
-                             "ts_ms": {"type": "integer"}, "lsn": {"type": "integer"}},
-              "required": ["version", "connector", "ts_ms"]}
-    return {"$schema": row["$schema"], "title": f"{row['title']}.Envelope", "type": "object",
-            "properties": {"before": optional, "after": optional, "source": source, "op": {"type": "string"},
-                           "ts_ms": {"type": "integer"}},
-            "required": ["source", "op"], "additionalProperties": False}
-
-
 def protobuf_class(name: str, fields: Fields) -> type:
     """A proto3 message `bench.<name>` with one field per column, its class built from the descriptor."""
     from confluent_kafka.schema_registry.common.protobuf import _init_pool
@@ -164,6 +148,8 @@ class RowSerializer:
 
             schema = json_schema(name, fields)
             if envelope == "debezium":
+                from testkit.debezium import json_schema_envelope
+
                 schema = json_schema_envelope(schema)
             self._serializer = JSONSerializer(json.dumps(schema), client)
         self._shape = _shaper(fmt, fields, message)

@@ -27,6 +27,23 @@ def avro_envelope(ns: str, row: dict, **extra) -> dict:
         {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
 
 
+def json_schema_envelope(row: dict) -> dict:
+    """The JSON Schema of a Debezium change event around the row schema `row` (an object schema): before and after
+    each the row or null (`oneOf`, as Connect's JSON Schema converter writes an optional struct), source (version,
+    connector, ts_ms, lsn), op, ts_ms; closed (additionalProperties false) where the row's schema is."""
+    inner = {key: value for key, value in row.items() if key != "$schema"}
+    optional = {"oneOf": [{"type": "null"}, inner]}
+    closed = {"additionalProperties": False} if row.get("additionalProperties") is False else {}
+    source = {"type": "object", "title": "io.debezium.connector.postgresql.Source", **closed,
+              "properties": {"version": {"type": "string"}, "connector": {"type": "string"},
+                             "ts_ms": {"type": "integer"}, "lsn": {"type": "integer"}},
+              "required": ["version", "connector", "ts_ms"]}
+    return {"$schema": row["$schema"], "title": f"{row['title']}.Envelope", "type": "object",
+            "properties": {"before": optional, "after": optional, "source": source, "op": {"type": "string"},
+                           "ts_ms": {"type": "integer"}},
+            "required": ["source", "op"], **closed}
+
+
 def convert_both(fast, slow, what: str, args: tuple, path: str = "envelopes") -> bool:
     """Convert one batch (`Converter.convert_raw`'s arguments) with two converters of the same settings, `fast` with
     its batch path of Debezium events (the `Changes` attribute `path`: `envelopes` for typed events, `plain_events`

@@ -34,7 +34,7 @@ from connector.formats.connect import (
     Decoder,
     escapes_a_lone_surrogate,
 )
-from connector.formats.json_schema_batch import KINDS, BatchReader, Field, array_kind, batch_reader
+from connector.formats.json_schema_batch import KINDS, OBJECT, BatchReader, Field, array_kind, batch_reader
 from connector.formats.problems import (
     INVALID_SCHEMA,
     MALFORMED_PAYLOAD,
@@ -454,7 +454,10 @@ class _Compiler:
             fields.append((name, self.raw.get(id(child), child.to_value), is_required, default,
                            self.fast.get(id(child)), allows_null))
             children.append((name, child))
-            batch_fields.append(Field(name, self.kinds.get(id(child), ""), is_required, allows_null, default))
+            nested = self.objects.get(id(child))
+            batch_fields.append(Field(name, self.kinds.get(id(child), ""), is_required, allows_null, default)
+                                if nested is None else
+                                Field(name, OBJECT, is_required, allows_null, default, tuple(nested[1]), nested[0]))
         names = frozenset(node["properties"])
         closed = node.get("additionalProperties") is False
         arrow_type = pa.struct([pa.field(name, child.arrow_type) for name, child in children])

@@ -99,27 +99,42 @@ _MINUS_ZERO_BITS = -(1 << 63)
 _INTEGER_MINUS_ZERO = re.compile(rb"-0(?![.eE0-9])")
 
 
+OBJECT = "object"
+"""The kind of an object property (its own properties in `Field.children`)."""
+
+
 @dataclass(frozen=True)
 class Field:
     """One property of the schema as the per-record path reads it."""
 
     name: str
     kind: str
-    """One of KINDS."""
+    """One of KINDS, an array of one of them (`array_kind`), or OBJECT."""
     required: bool
     allows_null: bool
     """Its schema allows null (a JSON null is null, not a record error)."""
     default: Any = None
     """The value of the column when the property is absent (the per-record path's conversion of its `default`)."""
+    children: tuple[Field, ...] = ()
+    """An object's properties."""
+    closed: bool = False
+    """An object's additionalProperties is false."""
 
 
 Convert = Callable[[pa.Array], pa.Array | None]
 
 
 def batch_reader(fields: list[Field], closed: bool, row_schema: pa.Schema) -> BatchReader | None:
-    """The `read_many` of a flat object schema, or None when a property is of a kind this module does not read."""
-    if not fields or any(f.kind not in KINDS and _items(f.kind) is None for f in fields) \
-            or len(fields) != len(row_schema):
+    """The `read_many` of an object schema, or None when a property is of a kind this module does not read, or an
+    object within it is closed where the schema is open or the other way round (the reader takes one rule for
+    unexpected fields at every depth)."""
+    def readable(fields: tuple[Field, ...] | list[Field], kind: pa.DataType) -> bool:
+        return bool(fields) and len(fields) == kind.num_fields and all(
+            f.kind in KINDS or _items(f.kind) is not None
+            or f.kind == OBJECT and f.closed == closed and readable(f.children, kind.field(f.name).type)
+            for f in fields)
+
+    if not readable(fields, pa.struct(list(row_schema))):
         return None
     try:
         return BatchReader(fields, closed, row_schema)
@@ -133,12 +148,12 @@ class BatchReader:
     def __init__(self, fields: list[Field], closed: bool, row_schema: pa.Schema):
         self._fields = fields
         self._schema = row_schema
-        self._json_schema = pa.schema([(f.name, _json_type(f.kind)) for f in fields])
+        self._json_schema = pa.schema([(f.name, _json_type(f)) for f in fields])
         self._closed = closed
         """additionalProperties is false: the reader refuses a field the schema does not name, so every value it
         reads is one of a column, which it refuses or the columns' checks do."""
         self._behavior = "error" if closed else "ignore"
-        self._converts = [_convert(f.kind, t) for f, t in zip(fields, row_schema.types)]
+        self._converts = [_convert(f, t) for f, t in zip(fields, row_schema.types)]
         self._defaults = [None if f.default is None else pa.scalar(f.default, t)
                           for f, t in zip(fields, row_schema.types)]
 
@@ -174,15 +189,8 @@ class BatchReader:
                         payload_array = pa.array(payloads, pa.binary())
                     if pc.any(pc.match_substring(payload_array.filter(array.is_null()), "null")).as_py():
                         return None
-            if len(array) == array.null_count:
-                converted = array.cast(self._schema.field(f.name).type)
-            else:
-                converted = convert(array)
+            converted = _converted(f, convert, array, self._schema.field(f.name).type, joined)
             if converted is None:
-                return None
-            numbers = converted if f.kind == "number" else pc.list_flatten(converted) \
-                if _items(f.kind) in (("number", False), ("number", True)) else None
-            if numbers is not None and _integer_minus_zero(numbers, joined):
                 return None
             if default is not None and converted.null_count:
                 converted = converted.fill_null(default)
@@ -190,16 +198,37 @@ class BatchReader:
         return table_of(columns, self._schema, table.num_rows)
 
 
-def _json_type(kind: str) -> pa.DataType:
-    """The type the reader reads a kind's values as: every string kind as a string."""
-    items = _items(kind)
+def _converted(f: Field, convert: Convert, array: pa.Array, arrow_type: pa.DataType, joined: bytes
+               ) -> pa.Array | None:
+    """A property's column as the reader read it, converted (`convert`: `_convert`'s for it) and checked; None for a
+    value the per-record path refuses or might read otherwise."""
+    converted = array.cast(arrow_type) if len(array) == array.null_count \
+        else convert(array, joined) if f.kind == OBJECT else convert(array)
+    if converted is None:
+        return None
+    numbers = converted if f.kind == "number" else pc.list_flatten(converted) \
+        if _items(f.kind) in (("number", False), ("number", True)) else None
+    if numbers is not None and _integer_minus_zero(numbers, joined):
+        return None
+    return converted
+
+
+def _json_type(f: Field) -> pa.DataType:
+    """The type the reader reads a property's values as: every string kind as a string, an object as a struct."""
+    if f.kind == OBJECT:
+        return pa.struct([(c.name, _json_type(c)) for c in f.children])
+    items = _items(f.kind)
     if items is not None:
         return pa.list_(_JSON_TYPES.get(items[0], pa.string()))
-    return _JSON_TYPES.get(kind, pa.string())
+    return _JSON_TYPES.get(f.kind, pa.string())
 
 
-def _convert(kind: str, arrow_type: pa.DataType) -> Convert:
-    """A kind's conversion to the column of `arrow_type`; an array's converts its items as their kind's."""
+def _convert(f: Field, arrow_type: pa.DataType) -> Convert:
+    """A property's conversion to the column of `arrow_type`; an array's converts its items as their kind's, an
+    object's each of its properties as theirs (`_object`)."""
+    if f.kind == OBJECT:
+        return _object(f.children, arrow_type)
+    kind = f.kind
     items = _items(kind)
     if items is None:
         return _CONVERTS[kind]
@@ -216,6 +245,32 @@ def _convert(kind: str, arrow_type: pa.DataType) -> Convert:
                                     pc.cumulative_sum(pc.list_value_length(array).fill_null(0)).cast(pa.int32())])
         return pa.ListArray.from_arrays(offsets, converted, type=arrow_type,
                                         mask=array.is_null() if array.null_count else None)
+
+    return convert
+
+
+def _object(children: tuple[Field, ...], arrow_type: pa.StructType) -> Callable[[pa.Array, bytes], pa.Array | None]:
+    """An object property's conversion: each of its properties converted and checked as a top-level one is. A
+    property null where its object is not is taken only where the per-record path makes it null too (it is not
+    required, its schema allows null and gives no default: an absent one and a JSON null are both null then);
+    otherwise the batch is left to the per-record path."""
+    types = [arrow_type.field(i).type for i in range(arrow_type.num_fields)]
+    converts = [_convert(c, t) for c, t in zip(children, types)]
+
+    def convert(array: pa.StructArray, joined: bytes) -> pa.Array | None:
+        present = array.is_valid()
+        columns = []
+        for i, (c, convert_child, kind) in enumerate(zip(children, converts, types)):
+            values = array.field(i)
+            if values.null_count and (c.required or not c.allows_null or c.default is not None) \
+                    and pc.any(pc.and_(values.is_null(), present)).as_py():
+                return None
+            converted = _converted(c, convert_child, values, kind, joined)
+            if converted is None:
+                return None
+            columns.append(converted)
+        return pa.StructArray.from_arrays(columns, fields=list(arrow_type),
+                                          mask=pc.invert(present) if array.null_count else None)
 
     return convert
 

@@ -226,6 +226,13 @@ class EnvelopeBatch:
                 or after.schema.type != "struct" or not after.children or op is None \
                 or op.arrow_type != pa.string() or any(self._scope.reserved_name(name) for name, _ in after.children):
             return None
+        # what the per-record path reads from the event as written, not typed: a default would stand in for a field
+        # the event lacks (a JSON Schema reader gives it; an Avro writer writes every field)
+        source = children.get("source")
+        known = dict(source.children) if source is not None else {}
+        if _defaulted(children, ("op", "after")) or self._upsert.cdc_columns and (
+                _defaulted(children, ("ts_ms",)) or _defaulted(known, SOURCE_FIELDS)):
+            return None
         table = writer.read_many(payloads)
         if table is None:
             return None
@@ -239,7 +246,7 @@ class EnvelopeBatch:
         if _holds_placeholders(rows):
             return None
         try:
-            group_changes = event_changes(table, _names(children.get("source")), lambda names: True,
+            group_changes = event_changes(table, _names(source), lambda names: not _defaulted(known, names),
                                           self._upsert.cdc_columns)
         except Problem:
             return None

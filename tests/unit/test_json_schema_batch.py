@@ -56,6 +56,11 @@ EVERY_KIND = {
 REQUIRED = ("i", "n", "rn")
 
 
+def _present(row: dict) -> dict:
+    """The row without its MISSING fields, in objects within it too."""
+    return {k: _present(v) if type(v) is dict else v for k, v in row.items() if v is not MISSING}
+
+
 class Writer:
     """Rows of one schema as confluent-kafka's JSONSerializer writes them, and the writer schema the registry reader
     compiles for them (its batch path, `read_many`, and its per-record path)."""
@@ -68,7 +73,7 @@ class Writer:
         self.writer, _ = self.reader.split(self.values[0], TOPIC)
 
     def framed(self, rows) -> list[bytes]:
-        return [self._serialize({k: v for k, v in row.items() if v is not MISSING}, VALUE) for row in rows]
+        return [self._serialize(_present(row), VALUE) for row in rows]
 
     def payloads(self, rows) -> list[bytes]:
         """The payloads of the rows (after the framing the registry reader splits off)."""
@@ -335,13 +340,12 @@ def test_an_empty_batch_is_refused():
 
 
 @pytest.mark.parametrize("node", [
-    {"type": "object", "properties": {"x": {"type": "integer"}}},
     {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
     {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}},
     {"type": "object", "additionalProperties": {"type": "integer"}}, {"type": ["integer", "string"]}, {},
     {"oneOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "array"},
 ])
-def test_schemas_beyond_flat_scalars_and_their_arrays_have_no_batch_reader(node):
+def test_schemas_beyond_objects_scalars_and_their_arrays_have_no_batch_reader(node):
     assert Writer(object_schema({"id": {"type": "integer"}, "other": node})).writer.read_many is None
 
 
@@ -405,3 +409,72 @@ def test_a_lone_surrogate_is_a_record_error_with_the_batch_path_and_without():
         result = _convert(writer.client, values, fmt)
         assert [(f.offset, f.error_class) for f in result.failures] == [(1, "MalformedPayload")]
         assert result.table.column("customer").to_pylist() == ["😀", "😀"]
+
+
+# --- objects within objects ------------------------------------------------------------------------------------
+
+def nested_schema(closed: bool) -> dict:
+    """EVERY_KIND at the top, again in a required object `o`, and in an object `oo` that may be null (as Debezium's
+    `after`), each closed where the whole schema is."""
+    inner = object_schema(EVERY_KIND, REQUIRED, closed=closed, title="Inner")
+    del inner["$schema"]
+    properties = {**EVERY_KIND, "o": inner, "oo": {"oneOf": [{"type": "null"}, inner]}}
+    return object_schema(properties, (*REQUIRED, "o"), closed=closed)
+
+
+NESTED_OPEN, NESTED_CLOSED = Writer(nested_schema(False)), Writer(nested_schema(True))
+
+
+def nested_rows(rows: st.SearchStrategy) -> st.SearchStrategy:
+    """Rows of the nested schema: `rows` at the top, in `o`, and in `oo` (or null there, or absent)."""
+    return st.builds(lambda top, o, oo: {**top, "o": o, "oo": oo}, rows, rows,
+                     st.one_of(rows, st.none(), st.just(MISSING)))
+
+
+def present_rows():
+    """Well-formed rows with every field present but `oi` (null allowed, no default: absent and null alike)."""
+    fields = {name: (st.one_of(st.just(MISSING), value) if name == "oi" else value) for name, value in GOOD.items()}
+    return st.fixed_dictionaries(fields)
+
+
+@HYPOTHESIS
+@given(rows=st.lists(nested_rows(any_rows()), min_size=1, max_size=8), closed=st.booleans())
+def test_any_batch_of_nested_objects_is_the_per_record_paths_table_or_refused(rows, closed):
+    writer = NESTED_CLOSED if closed else NESTED_OPEN
+    same_or_refused(writer, writer.payloads(rows))
+
+
+@HYPOTHESIS
+@given(rows=st.lists(st.builds(lambda top, o, oo: {**top, "o": o, "oo": oo}, present_rows(), present_rows(),
+                               st.one_of(present_rows(), st.just(MISSING))), min_size=1, max_size=8),
+       closed=st.booleans())
+def test_a_batch_of_well_formed_nested_objects_is_taken(rows, closed):
+    writer = NESTED_CLOSED if closed else NESTED_OPEN
+    table = same_or_refused(writer, writer.payloads(rows))
+    assert table is not None
+    assert pa.types.is_struct(table.schema.field("o").type) and pa.types.is_struct(table.schema.field("oo").type)
+
+
+def test_a_null_within_an_object_is_taken_only_where_null_and_absence_are_the_same():
+    good = {"i": 1, "n": 1.5, "b": True, "s": "x", "ts": "2024-05-27T15:19:55.691Z", "d": "2024-01-01",
+            "t": "00:00:00", "oi": 1, "rn": 0.5, "ds": "a", "dn": 3, "email": "e", "as": [], "an": [], "ats": [],
+            "ai": [1]}
+    for writer in (NESTED_OPEN, NESTED_CLOSED):
+        assert same_or_refused(writer, writer.payloads([{**good, "o": {**good, "oi": None}, "oo": None}])) is not None
+        # a field with a default, absent within the object: the per-record path gives the default
+        absent = writer.payloads([{**good, "o": {k: v for k, v in good.items() if k != "ds"}}])
+        assert writer.writer.read_many(absent) is None
+        assert writer.one_by_one(absent).column("o").to_pylist()[0]["ds"] == "none"
+        # a required field null within the object: a record error of the per-record path
+        required = writer.payloads([{**good, "o": {**good, "n": None}}])
+        assert writer.writer.read_many(required) is None
+        with pytest.raises(Problem, match="o.n"):
+            writer.one_by_one(required)
+
+
+def test_an_object_closed_where_its_schema_is_open_has_no_batch_reader():
+    inner = object_schema({"x": {"type": "integer"}}, ["x"], closed=True, title="Inner")
+    del inner["$schema"]
+    assert Writer(object_schema({"id": {"type": "integer"}, "o": inner})).writer.read_many is None
+    inner.pop("additionalProperties")
+    assert Writer(object_schema({"id": {"type": "integer"}, "o": inner})).writer.read_many is not None
