@@ -114,8 +114,8 @@ def _batch_of(writer: WriterSchema) -> Callable[[list[bytes]], Any] | None:
 
 
 JSON_SCHEMA = RegistryFormat("json_schema", "JSON", compile_json_schema, takes_row=True, batch=_batch_of)
-"""The format as the registry reader (connector/formats/registry.py) is given it: a flat object schema's
-payloads are read a batch at a time (connector/formats/json_schema_batch.py), which compile_json_schema sets up."""
+"""The format as the registry reader (connector/formats/registry.py) is given it: the payloads of an object schema of
+scalars, their arrays and objects of them are read a batch at a time (connector/formats/json_schema_batch.py), which compile_json_schema sets up."""
 
 
 class _Written(Decimal):

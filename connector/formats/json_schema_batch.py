@@ -29,10 +29,14 @@ which names each bad record:
   Elsewhere a null must be an absence, proven by the payload holding no `null` literal at all, and takes the
   default the per-record path gives an absent field.
 
-Only flat objects take this path: every property an integer, a number, a boolean, or a string (with format
-date-time, date or time, or none of those), or an array of one of them (its items checked and converted as a
-property of their kind is; a null item only where the items' schema allows null). The table is the one the per-record path builds (`decoder.rows` of each
-record's `to_value`), value for value and type for type.
+Objects of these properties take this path: an integer, a number, a boolean, or a string (with format date-time,
+date or time, or none of those), an array of one of them (its items checked and converted as a property of their
+kind is; a null item only where the items' schema allows null), or an object of such properties (a struct, each of
+its properties checked and converted as a top-level one is; a property null where its object is not is taken only
+where null and absence are the same for it, which is how Debezium's `after` and `before` are read). Every object
+within is closed (additionalProperties false) where the schema is, or open where it is: the reader has one rule for
+unexpected fields at every depth. The table is the one the per-record path builds (`decoder.rows` of each record's
+`to_value`), value for value and type for type.
 """
 from __future__ import annotations
 
@@ -143,7 +147,7 @@ def batch_reader(fields: list[Field], closed: bool, row_schema: pa.Schema) -> Ba
 
 
 class BatchReader:
-    """Reads the payloads of one flat object schema as a table, or None (see the module's docstring)."""
+    """Reads the payloads of one object schema as a table, or None (see the module's docstring)."""
 
     def __init__(self, fields: list[Field], closed: bool, row_schema: pa.Schema):
         self._fields = fields
