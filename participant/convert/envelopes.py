@@ -26,9 +26,11 @@ The event's times and source position are then read from the typed `source` and 
 per-record path uses (connector/formats/debezium.py); a value they refuse sends the batch to the per-record path.
 
 Events in a registry's format (`read_registry`) take the same path where their writer schema has a batch reader
-(Avro's, connector/formats/avro_batch.py, which proves its table equal to the per-record path's): the reader gives
-every event's fields as written (a writer writes each field, so no default or absent field stands in), and of the
-checks above what is left is the placeholder, in the forms a typed value carries it (a text or bytes value, an array
+(Avro's, connector/formats/avro_batch.py, and JSON Schema's, connector/formats/json_schema_batch.py, each proving
+its table equal to the per-record path's): the reader gives every event's fields as written, but for a field with a
+default (an Avro writer writes each field; a JSON Schema event may lack one, which the typed event fills with its
+default where the per-record path reads the event as written), so `op`, `after`, `ts_ms` and the `source` fields read
+must have none; of the checks above what is left is the placeholder, in the forms a typed value carries it (a text or bytes value, an array
 of one such element or of the placeholder's codes, a struct that could be its map form: `_holds_placeholders`), the
 reserved names, the order field, and the keys: keyed by the Kafka key, every key a record of one writer schema in
 the key registry, read by its batch reader, and equal to the row as above (without a key registry, keys of the JSON
