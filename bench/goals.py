@@ -23,7 +23,9 @@ key=value figures. Ratios are always against a baseline measured in the same run
   upsert      a keyed changelog: lakesink write.mode=upsert against foreachBatch + MERGE, on a backlog (cold JVM)
               and on a stream (warm);                                                 goal >= 1x cold, >= 2x warm
   many-tables --tables topics into as many tables from one service against one topic of as many partitions into
-              one table, the same records;                                             goal within 20 % (>= 0.8x)
+              one table, the same records produced at the same total rate while each runs (`bench/many_tables.py
+              --mode steady`): records/s committed;                                    goal within 20 % (>= 0.8x);
+              each table's p99 produce -> visible, the worst and the median, and the one table's: reported
 
 The exit status is 1 when a step failed (its log is named), 0 otherwise: a goal not met is a figure, not a failure.
 """
@@ -68,17 +70,20 @@ class Sizes:
     upsert_rows: int
     upsert_changes: int
     upsert_stream_rate: int
-    many_records: int
     many_tables: int
+    many_rate: int
+    many_seconds: float
+    many_warmup: float
 
 
 FULL = Sizes(formats_records=500_000, append_records=2_000_000, append_large_records=20_000_000,
              visibility_seconds=300, visibility_warmup=20, visibility_rate=5000, s3_records=500_000,
              s3_latency_seconds=60, upsert_rows=10_000_000, upsert_changes=1_000_000, upsert_stream_rate=50_000,
-             many_records=800_000, many_tables=40)
+             many_tables=40, many_rate=5000, many_seconds=120, many_warmup=20)
 QUICK = Sizes(formats_records=2000, append_records=20_000, append_large_records=40_000, visibility_seconds=20,
               visibility_warmup=5, visibility_rate=500, s3_records=5000, s3_latency_seconds=10, upsert_rows=2000,
-              upsert_changes=500, upsert_stream_rate=200, many_records=4000, many_tables=4)
+              upsert_changes=500, upsert_stream_rate=200, many_tables=4, many_rate=400, many_seconds=10,
+              many_warmup=5)
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,8 @@ def steps(args: argparse.Namespace) -> list[Step]:
             "--contenders", "lakesink,baseline" if args.sss else "lakesink"), json=False))
     if "many-tables" in args.only:
         out.append(Step("many-tables", "many-tables", "many_tables.py", (
-            "--records", str(s.many_records), "--tables", str(s.many_tables)), json=False))
+            "--mode", "steady", "--tables", str(s.many_tables), "--rate", str(s.many_rate), "--seconds",
+            str(s.many_seconds), "--warmup", str(s.many_warmup)), json=False))
     return out
 
 
@@ -292,15 +298,20 @@ def upsert_figures(run: dict | None) -> list[Figure]:
 
 
 def many_tables_figures(run: dict | None, tables: int) -> list[Figure]:
+    """The steady mode's last line: the throughput ratio against its goal; the p99 visibility of the tables (no
+    goal: the issue asks for it reported, and the visibility goal is set for one table at another cadence)."""
     line = _get(run, "last_line") or {}
-    try:
-        ratio = float(line["ratio"])
-    except (KeyError, ValueError):
-        ratio = None
-    return [Figure("many_tables_ratio", f"{tables} tables x one table", ratio, 0.8, spec=".3f",
-                   why=_failed("many-tables")),
-            Figure("many_tables_p99_visibility", "per-table p99 visibility", None,
-                   why="the many-tables bench sinks a backlog; it has no steady-rate phase")]
+    keys = ("steady_ratio", f"tables{tables}_table_p99_max_ms", f"tables{tables}_table_p99_median_ms", "table1_p99_ms")
+    ratio, worst, median, one = (float(line[k]) if line.get(k, "n/a") != "n/a" else None for k in keys)
+    why = _failed("many-tables")
+    return [Figure("many_tables_ratio", f"{tables} tables x one table, records/s committed at the same rate", ratio,
+                   0.8, spec=".3f", why=why),
+            Figure("many_tables_table_p99_max_ms", "p99 visibility of the worst table", worst, spec=",.0f",
+                   unit=" ms", why=why),
+            Figure("many_tables_table_p99_median_ms", "p99 visibility of the median table", median, spec=",.0f",
+                   unit=" ms", why=why),
+            Figure("many_tables_table1_p99_ms", "p99 visibility of the one table", one, spec=",.0f", unit=" ms",
+                   why=why)]
 
 
 def goal_figures(runs: dict[str, dict | None], args: argparse.Namespace) -> dict[str, list[Figure]]:
@@ -345,7 +356,8 @@ def titles(args: argparse.Namespace) -> dict[str, str]:
         "append-large": f"{s.append_large_records:,} records, warm rates",
         "s3": f"local S3 server, {s.s3_records:,} records then a {s.s3_latency_seconds:.0f} s steady stream",
         "upsert": f"{s.upsert_rows:,} rows, {s.upsert_changes:,} + {s.upsert_changes:,} changes",
-        "many-tables": f"{s.many_records:,} records, {s.many_tables} topics -> {s.many_tables} tables against 1 table",
+        "many-tables": f"{s.many_tables} topics -> {s.many_tables} tables against 1 table, {s.many_rate:,} rec/s in "
+                       f"all for {s.many_seconds:.0f} s after {s.many_warmup:.0f} s, transaction.interval.ms=2000",
     }
 
 

@@ -522,10 +522,10 @@ def fast_producer(bootstrap: str, linger_ms: int = 50, config: dict | None = Non
 
 class PacedProducer:
     """`rate` records/s for `seconds` or until `limit` records are out, in a background thread, in 5 ms chunks.
-    Record i of a chunk produced at ts_ms is `record(i, ts_ms)`: (value, key, partition). `config` goes to
-    fast_producer; stop() ends it early."""
+    Record i of a chunk produced at ts_ms is `record(i, ts_ms)`: (value, key, partition), to `topic`, or with a list
+    of topics to topics[i % len(topics)]. `config` goes to fast_producer; stop() ends it early."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, record, seconds: float = float("inf"),
+    def __init__(self, bootstrap: str, topic: str | list[str], rate: int, record, seconds: float = float("inf"),
                  limit: int | None = None, config: dict | None = None):
         self.args = (bootstrap, topic, rate, seconds, limit, record, config)
         self.produced = 0
@@ -538,6 +538,7 @@ class PacedProducer:
 
     def _run(self) -> None:
         bootstrap, topic, rate, seconds, limit, record, config = self.args
+        topics = [topic] if isinstance(topic, str) else topic
         limit = float("inf") if limit is None else limit
         try:
             producer = fast_producer(bootstrap, linger_ms=5, config=config)
@@ -551,7 +552,7 @@ class PacedProducer:
                 ts = int(now * 1000)
                 while self.produced < due:
                     value, key, partition = record(self.produced, ts)
-                    producer.produce(topic, value, key, partition=partition)
+                    producer.produce(topics[self.produced % len(topics)], value, key, partition=partition)
                     self.produced += 1
                 producer.poll(0)
                 time.sleep(0.005)

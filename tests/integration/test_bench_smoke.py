@@ -134,6 +134,16 @@ def test_worker_memory(kafka_bootstrap, tmp_path):
     assert isinstance(runs, list) and [run["times"] for run in runs] == [1], runs
 
 
+def test_many_tables_steady_mode(kafka_bootstrap, tmp_path):
+    # two tables against one at 100 records/s: the figures the many-tables goal reads, and every table exactly its topic
+    lines = run_bench(tmp_path, "many_tables.py", "--bootstrap", kafka_bootstrap, "--mode", "steady", "--tables", 2,
+                      "--partitions", 1, "--rate", 100, "--seconds", 3, "--warmup", 1, "--txn-interval-ms", 1000,
+                      "--timeout", PHASE_TIMEOUT_S)
+    numbers = {"steady_ratio", "tables2_steady_rps", "table1_steady_rps", "tables2_p99_ms", "table1_p99_ms",
+               "tables2_table_p99_max_ms", "tables2_table_p99_median_ms"}
+    last_line(lines, numbers, numbers=numbers)
+
+
 def test_goals(kafka_bootstrap, tmp_path):
     # `make bench` at development sizes, two of its steps: plain JSON and Avro, the baseline and a ratio against it
     out = tmp_path / "goals"
