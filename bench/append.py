@@ -27,7 +27,9 @@ of each process's VmHWM from /proc/<pid>/status, sampled every 0.2 s.
 gives them) written by confluent-kafka's own serializers (bench/registry_rows.py) against a local schema registry
 the bench starts (connector/local/registry.py), and sunk with value.converter=<format> and schema.registry.url. The
 raw phase still consumes raw bytes (the physical limit, now of the smaller values); sss reads JSON only and is
-skipped. The last line ends with `format=<format>`.
+skipped. The last line ends with `format=<format>`. `--shape nested` writes NESTED_FIELDS' rows instead (two records
+within the row and an array of records: plain JSON infers structs and a list of structs) in any of those formats,
+plain JSON included (the baseline of the nested registry formats); sss reads the flat rows only and is skipped.
 
 With --storage s3 every table (and SSS's checkpoint) is on a local S3 server the bench starts (bench/s3.py),
 which counts the S3 requests of each phase.
@@ -72,7 +74,8 @@ class Bench(ModeRun):
 
     def value_writer(self, topic: str):
         """Record i of `topic` in the bench's --format (see value_writer)."""
-        return value_writer(self.args.format, self.registry.url if self.registry else None, topic, self.args.envelope)
+        return value_writer(self.args.format, self.registry.url if self.registry else None, topic, self.args.envelope,
+                            self.args.shape)
 
     # -- where tables live --
 
@@ -577,9 +580,10 @@ def run(args, work: Path, bootstrap: str, machine: str) -> int:
             f"{bench.produced['bytes'] / args.records:.0f} B per value")
         errors = {}
         for phase in args.phase_list:
-            if phase == "sss" and (args.format != "json" or args.envelope != "none"):
-                say(f"phase sss skipped: the Spark Structured Streaming job reads plain JSON rows (from_json), not "
-                    f"{args.format}{' in Debezium envelopes' if args.envelope != 'none' else ''}")
+            if phase == "sss" and (args.format != "json" or args.envelope != "none" or args.shape != "flat"):
+                say(f"phase sss skipped: the Spark Structured Streaming job reads the flat plain JSON rows "
+                    f"(from_json), not {args.shape} {args.format}"
+                    f"{' in Debezium envelopes' if args.envelope != 'none' else ''}")
                 continue
             x = run_phase(bench.children, phase, getattr(bench, phase), errors)
             if x is not None:

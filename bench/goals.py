@@ -11,6 +11,8 @@ key=value figures. Ratios are always against a baseline measured in the same run
 
   formats     the same rows in each value converter, and in Debezium envelopes: lakesink end to end (process start
               -> last commit visible, `bench/run.py --phases lakesink`) against plain JSON's;        goal >= 0.8x
+              and nested rows (`@nested`: records within the record, an array of records) in Avro, Protobuf, JSON Schema
+              against plain JSON's of the same nested rows
   visibility  produce -> visible at 5,000 records/s over 8 partitions, transaction.interval.ms=1000, lakesink's
               defaults (compaction on), over --visibility-seconds;            goal p50 <= 0.8 s, p99 <= 1.5 s, and
               no compaction cancelled
@@ -50,8 +52,10 @@ from bench.harness import start_broker, stop_on_sigterm  # noqa: E402
 from bench.report import code_state, fmt, machine  # noqa: E402
 
 FORMATS = ("json", "avro", "protobuf", "json_schema", "connect", "json+debezium", "connect+debezium",
-           "avro+debezium", "json_schema+debezium")
-"""The formats step's runs, `format[+envelope]`; plain JSON (the first) is the baseline of the others."""
+           "avro+debezium", "json_schema+debezium", "json@nested", "avro@nested", "protobuf@nested",
+           "json_schema@nested")
+"""The formats step's runs, `format[+envelope][@shape]`; plain JSON of the same shape (`json`, `json@nested`) is
+the baseline of the others."""
 GOALS = ("formats", "visibility", "append", "append-large", "s3", "upsert", "many-tables")
 REDPANDA_MIB_S_PER_CORE = 5
 """What Redpanda publishes for its Iceberg topics, per core (the performance issue's yardstick)."""
@@ -102,10 +106,11 @@ def steps(args: argparse.Namespace) -> list[Step]:
     out: list[Step] = []
     if "formats" in args.only:
         for name in args.formats:
-            fmt_, _, envelope = name.partition("+")
+            kind, _, shape = name.partition("@")
+            fmt_, _, envelope = kind.partition("+")
             out.append(Step(f"formats.{name}", "formats", "run.py", (
                 "--records", str(s.formats_records), "--phases", "lakesink", "--format", fmt_,
-                "--envelope", envelope or "none")))
+                "--envelope", envelope or "none", "--shape", shape or "flat")))
     if "visibility" in args.only:
         out.append(Step("visibility", "visibility", "run.py", (
             "--records", "1000", "--phases", "latency", "--latency-seconds", str(s.visibility_seconds),
@@ -226,17 +231,24 @@ def _failed(name: str) -> str:
     return f"the {name} step failed, see its log"
 
 
+def _baseline(name: str) -> str:
+    """The formats run `name` is measured against: plain JSON of the same shape."""
+    _, at, shape = name.partition("@")
+    return f"json{at}{shape}"
+
+
 def formats_figures(runs: dict[str, dict | None], formats: tuple[str, ...]) -> list[Figure]:
-    base = _get(runs.get("formats.json"), "results", "lakesink", "e2e_rps")
     out = []
     for name in formats:
-        if name == "json":
+        base_name = _baseline(name)
+        if name == base_name:
             continue
+        base = _get(runs.get(f"formats.{base_name}"), "results", "lakesink", "e2e_rps")
         rps = _get(runs.get(f"formats.{name}"), "results", "lakesink", "e2e_rps")
-        why = _failed(f"formats.{name}") if rps is None else _failed("formats.json")
-        out.append(Figure(f"ratio_{name.replace('+', '_')}", name, _ratio(rps, base), 0.8, unit="x", why=why))
-    out += [Figure("ratio_nested", "nested Avro/Protobuf records", None,
-                   why="the bench's rows are flat; the Debezium envelopes above are the nested records measured")]
+        why = _failed(f"formats.{name}") if rps is None else _failed(f"formats.{base_name}")
+        label = name if base_name == "json" else f"{name} x {base_name}"
+        out.append(Figure(f"ratio_{name.replace('+', '_').replace('@', '_')}", label, _ratio(rps, base), 0.8,
+                          unit="x", why=why))
     return out
 
 
@@ -349,7 +361,8 @@ def report(goals: dict[str, list[Figure]], titles: dict[str, str]) -> list[str]:
 def titles(args: argparse.Namespace) -> dict[str, str]:
     s = args.sizes
     return {
-        "formats": f"{s.formats_records:,} records, lakesink end to end against plain JSON's",
+        "formats": f"{s.formats_records:,} records, lakesink end to end against plain JSON's of the same rows "
+                   f"(flat, or nested: @nested)",
         "visibility": f"produce -> visible at {s.visibility_rate:,} rec/s for {s.visibility_seconds:.0f} s, "
                       f"transaction.interval.ms=1000, compaction on",
         "append": f"{s.append_records:,} records, warm rates",
@@ -369,7 +382,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                         "say only that the path works")
     p.add_argument("--only", default=",".join(GOALS), help=f"comma-separated goals, of {','.join(GOALS)}")
     p.add_argument("--formats", default=",".join(FORMATS),
-                   help=f"the formats step's runs, of {','.join(FORMATS)} (json, the baseline, always runs)")
+                   help=f"the formats step's runs, of {','.join(FORMATS)} (json, the baseline, always runs; "
+                        f"json@nested with any nested one)")
     p.add_argument("--no-sss", dest="sss", action="store_false",
                    help="leave out what needs Spark's Kafka source (SSS in append, the upsert baseline), which "
                         "`lakesink deps` does not fetch: the first run with it fetches it from Maven Central")
@@ -382,7 +396,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     formats = [x.strip() for x in args.formats.split(",") if x.strip()]
     if set(formats) - set(FORMATS):
         p.error(f"unknown format(s) {','.join(sorted(set(formats) - set(FORMATS)))}; choose from {','.join(FORMATS)}")
-    args.formats = tuple(x for x in FORMATS if x == "json" or x in formats)
+    baselines = {"json", *(_baseline(x) for x in formats)}
+    args.formats = tuple(x for x in FORMATS if x in baselines or x in formats)
     args.sizes = QUICK if args.quick else FULL
     return args
 

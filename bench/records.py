@@ -3,6 +3,7 @@
 the client goes."""
 from __future__ import annotations
 
+import json
 import time
 
 from bench.harness import fast_producer
@@ -37,11 +38,51 @@ def make_row(i: int, ts_ms: int) -> dict:
             "tags": ["t%d" % (i % 13), "t%d" % (i % 17)]}
 
 
-def value_writer(fmt: str, registry_url: str | None, topic: str, envelope: str = "none"):
+NESTED_FIELDS = (("id", "long"), ("ts", "long"),
+                 ("user", ("record", (("name", "string"), ("session", "string"), ("country", "string")))),
+                 ("event", ("record", (("kind", "string"), ("page", "string"), ("device", "string"),
+                                       ("ok", "boolean")))),
+                 ("amount", "double"), ("currency", "string"), ("tags", "strings"),
+                 ("items", ("records", (("sku", "string"), ("qty", "long"), ("price", "double")))))
+"""make_nested_row's fields: records within the record, and an array of records (bench/registry_rows.py kinds)."""
+
+
+def make_nested_row(i: int, ts_ms: int) -> dict:
+    """Record i of the nested shape: make_row's values grouped into a user and an event record, and one to three
+    line items (an array of records)."""
+    return {"id": i, "ts": ts_ms,
+            "user": {"name": "user-%06d" % (i % 100_000), "session": "%016x" % ((i * 2654435761) & 0xFFFFFFFFFFFFFFFF),
+                     "country": _COUNTRIES[i % 8]},
+            "event": {"kind": _KINDS[i % 5], "page": "/products/%05d" % (i % 50_000), "device": _DEVICES[i % 3],
+                      "ok": bool(i % 7)},
+            "amount": float("%d.%02d" % (i % 1000, i % 100)), "currency": "EUR",
+            "tags": ["t%d" % (i % 13), "t%d" % (i % 17)],
+            "items": [{"sku": "sku-%04d" % ((i + k) % 5000), "qty": 1 + (i + k) % 4,
+                       "price": float("%d.%02d" % ((i * 3 + k) % 200, (i + k) % 100))} for k in range(1 + i % 3)]}
+
+
+SHAPES = {"flat": (ROW_FIELDS, make_row), "nested": (NESTED_FIELDS, make_nested_row)}
+"""The bench's row shapes (`bench/run.py --shape`): their fields and the function making record i."""
+
+
+def value_writer(fmt: str, registry_url: str | None, topic: str, envelope: str = "none", shape: str = "flat"):
     """`(i, ts_ms) -> value bytes` of the bench's record i in `fmt`: make_value for json, the record as Kafka Connect's
     JsonConverter writes it for connect (testkit/connect_writer.py), else as the format's confluent-kafka serializer
     writes it (its schema registered in the registry at `registry_url` under `<topic>-value` with the first record).
-    `envelope="debezium"`: each record is the row of a Debezium change event (op c, its source position i + 1)."""
+    `envelope="debezium"`: each record is the row of a Debezium change event (op c, its source position i + 1).
+    `shape="nested"`: make_nested_row's records, in json (compact `json.dumps`), avro, protobuf or json_schema, no
+    envelope."""
+    if shape != "flat":
+        fields, make = SHAPES[shape]
+        if envelope != "none" or fmt == "connect":
+            raise ValueError(f"the {shape} rows are written in json, avro, protobuf or json_schema, without envelope")
+        if fmt == "json":
+            dumps = json.JSONEncoder(separators=(",", ":")).encode
+            return lambda i, ts_ms: dumps(make(i, ts_ms)).encode()
+        from bench.registry_rows import RowSerializer, registry_client
+
+        serialize = RowSerializer(fmt, "BenchEvent", fields, registry_client(registry_url), topic)
+        return lambda i, ts_ms: serialize(make(i, ts_ms))
     if fmt == "json" and envelope == "none":
         return make_value
     if fmt in ("json", "connect"):

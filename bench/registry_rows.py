@@ -7,6 +7,9 @@ A row shape is a list of `(name, kind)`; a row is a dict of Python values in one
     string     str                 decimal    Decimal of 2 decimal places (DECIMAL(10,2))
     boolean    bool                timestamp  int, milliseconds since the epoch (an instant)
     strings    list[str]
+    ("record", fields)   dict of those fields' values      ("records", fields)   list of such dicts
+
+A record's fields are of the scalar kinds and `strings` (no decimal or timestamp within a record, none nested further).
 
 `RowSerializer(fmt, name, fields, client)` writes such rows as a producer of that format does: AvroSerializer with
 the row's Avro schema; ProtobufSerializer with a message class built at run time from a FileDescriptorProto (no
@@ -27,17 +30,35 @@ FORMATS = ("avro", "protobuf", "json_schema")
 KINDS = ("long", "int", "string", "boolean", "double", "decimal", "timestamp", "strings")
 DECIMAL_PRECISION, DECIMAL_SCALE = 10, 2
 
-Fields = Sequence[tuple[str, str]]
+Fields = Sequence[tuple[str, Any]]
+NESTING = ("record", "records")
+"""The kinds `(kind, fields)` of a record within the row, and of an array of them."""
+
+
+def check_fields(fields: Fields, nested: bool = False) -> None:
+    """A ValueError naming what the row shape holds that the writers do not write."""
+    for name, kind in fields:
+        if isinstance(kind, tuple):
+            if nested or len(kind) != 2 or kind[0] not in NESTING:
+                raise ValueError(f"{name}: records nest one level deep, as (record|records, fields)")
+            check_fields(kind[1], nested=True)
+        elif kind not in KINDS or nested and kind in ("decimal", "timestamp"):
+            raise ValueError(f"{name}: unknown kind {kind!r}" + (" within a record" if nested else ""))
 
 
 def avro_schema(name: str, fields: Fields) -> dict:
+    def avro_type(field: str, kind: Any) -> Any:
+        if isinstance(kind, tuple):
+            record = avro_schema(f"{name}_{field}", kind[1])
+            return {"type": "array", "items": record} if kind[0] == "records" else record
+        return types[kind]
     types = {"long": "long", "int": "int", "string": "string", "boolean": "boolean", "double": "double",
              "decimal": {"type": "bytes", "logicalType": "decimal", "precision": DECIMAL_PRECISION,
                          "scale": DECIMAL_SCALE},
              "timestamp": {"type": "long", "logicalType": "timestamp-millis"},
              "strings": {"type": "array", "items": "string"}}
     return {"type": "record", "name": name, "namespace": "bench",
-            "fields": [{"name": field, "type": types[kind]} for field, kind in fields]}
+            "fields": [{"name": field, "type": avro_type(field, kind)} for field, kind in fields]}
 
 
 def json_schema(name: str, fields: Fields) -> dict:
@@ -45,8 +66,13 @@ def json_schema(name: str, fields: Fields) -> dict:
              "boolean": {"type": "boolean"}, "double": {"type": "number"}, "decimal": {"type": "number"},
              "timestamp": {"type": "string", "format": "date-time"},
              "strings": {"type": "array", "items": {"type": "string"}}}
+    def json_type(field: str, kind: Any) -> dict:
+        if isinstance(kind, tuple):
+            record = {key: value for key, value in json_schema(field, kind[1]).items() if key != "$schema"}
+            return {"type": "array", "items": record} if kind[0] == "records" else record
+        return types[kind]
     return {"$schema": "http://json-schema.org/draft-07/schema#", "title": name, "type": "object",
-            "properties": {field: types[kind] for field, kind in fields},
+            "properties": {field: json_type(field, kind) for field, kind in fields},
             "required": [field for field, _ in fields], "additionalProperties": False}
 
 
@@ -63,14 +89,21 @@ def protobuf_class(name: str, fields: Fields) -> type:
     file = descriptor_pb2.FileDescriptorProto(name=f"bench/{name.lower()}.proto", package="bench", syntax="proto3")
     if any(kind == "timestamp" for _, kind in fields):
         file.dependency.append("google/protobuf/timestamp.proto")
-    message = file.message_type.add(name=name)
-    for number, (field, kind) in enumerate(fields, start=1):
-        if kind == "timestamp":
-            message.field.add(name=field, number=number, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
-                              type_name=".google.protobuf.Timestamp")
-        else:
-            message.field.add(name=field, number=number, type=scalars[kind],
-                              label=F.LABEL_REPEATED if kind == "strings" else F.LABEL_OPTIONAL)
+    def add(message_name: str, fields: Fields) -> None:
+        message = file.message_type.add(name=message_name)
+        for number, (field, kind) in enumerate(fields, start=1):
+            if isinstance(kind, tuple):
+                inner = f"{message_name}_{field}"
+                add(inner, kind[1])
+                message.field.add(name=field, number=number, type=F.TYPE_MESSAGE, type_name=f".bench.{inner}",
+                                  label=F.LABEL_REPEATED if kind[0] == "records" else F.LABEL_OPTIONAL)
+            elif kind == "timestamp":
+                message.field.add(name=field, number=number, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                                  type_name=".google.protobuf.Timestamp")
+            else:
+                message.field.add(name=field, number=number, type=scalars[kind],
+                                  label=F.LABEL_REPEATED if kind == "strings" else F.LABEL_OPTIONAL)
+    add(name, fields)
     pool = DescriptorPool()
     _init_pool(pool)  # the well-known types, as the registry's readers load them
     pool.Add(file)
@@ -121,9 +154,7 @@ class RowSerializer:
 
         if fmt not in FORMATS:
             raise ValueError(f"not a schema registry format: {fmt}")
-        unknown = {kind for _, kind in fields} - set(KINDS)
-        if unknown:
-            raise ValueError(f"unknown kinds {sorted(unknown)}")
+        check_fields(fields)
         if envelope not in ("none", "debezium") or envelope == "debezium" and fmt == "protobuf":
             raise ValueError(f"envelope {envelope} is not written in {fmt}: none, or debezium in avro and json_schema")
         self.fmt = fmt

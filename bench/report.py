@@ -242,7 +242,8 @@ def append_report(bench) -> list[str]:
     per_commit = (per_commit.get("steady") or per_commit.get("run") or {}).get("per_commit")
     lines.append(f"lakesink_rps={fmt(ls, '.0f')} raw_rps={fmt(raw, '.0f')} sss_rps={fmt(sss, '.0f')} "
                  f"ratio_raw={ratio(ls, raw)} ratio_sss={ratio(ls, sss)} storage={a.storage}"
-                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "") + f" format={a.format} envelope={a.envelope}"
+                 + (f" s3_requests_per_commit={per_commit:.1f}" if per_commit else "")
+                 + f" format={a.format} envelope={a.envelope} shape={a.shape}"
                  + latency_figures(r.get("latency")))
     return lines
 

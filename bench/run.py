@@ -60,6 +60,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--envelope", choices=["none", "debezium"], default="none",
                    help="debezium: each record is a Debezium change event (op c) whose row is the bench's record, "
                         "read with value.envelope=debezium; in json, connect, avro or json_schema")
+    p.add_argument("--shape", choices=["flat", "nested"], default="flat",
+                   help="the rows' shape: flat (bench/records.py ROW_FIELDS), or nested (NESTED_FIELDS: two records "
+                        "within the row and an array of records), in json, avro, protobuf or json_schema, without "
+                        "envelope; append mode")
     p.add_argument("--storage", choices=["local", "s3"], default="local",
                    help="where the tables go: a local directory, or a local S3 server (SeaweedFS) the bench starts, "
                         "whose S3 requests it counts")
@@ -122,6 +126,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--mode {args.mode} runs on local tables only (--storage local)")
     if args.mode in ("upsert", "scale") and (args.format != "json" or args.envelope != "none"):
         p.error(f"--mode {args.mode} runs on plain JSON records only (--format json, --envelope none)")
+    if args.shape != "flat" and (args.mode != "append" or args.format == "connect" or args.envelope != "none"):
+        p.error(f"--shape {args.shape} is written in json, avro, protobuf or json_schema, without envelope, in "
+                f"--mode append")
     if args.envelope == "debezium" and args.format == "protobuf":
         p.error("--envelope debezium is written in json, connect, avro or json_schema, not protobuf")
     if len(args.scale_sizes) != len(args.scale_size_records):
