@@ -162,7 +162,8 @@ def expected_row(record: ConnectRecord) -> dict[str, Any]:
 def connect_rows(fields: list[tuple[str, str]], rows: list[dict[str, Any]], envelope: str = "plain") -> list[bytes]:
     """`rows` of the shape `fields` ((name, kind), the kinds of bench/registry_rows.py; a decimal as its text) as
     Kafka's JsonConverter writes them with schemas, plain or (`envelope="debezium"`) each in a Debezium change event
-    (testkit/java/io/lakesink/testkit/ConnectRows.java)."""
+    of op c; `envelope="changes"`: each of `rows` is a change event `{"op", "before", "after"}` (rows or None), its
+    rows' fields optional, a field a row lacks null (testkit/java/io/lakesink/testkit/ConnectRows.java)."""
     java = jars.require_java()
     lines = [json.dumps([list(f) for f in fields])] + [json.dumps(row) for row in rows]
     proc = subprocess.run([java, "-cp", os.pathsep.join(map(str, helper_classpath())),

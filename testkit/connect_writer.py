@@ -1,10 +1,10 @@
 """Rows written as Kafka Connect's JsonConverter writes them (schemas.enable=true, decimal.format=BASE64), plain or
-each in a Debezium PostgreSQL change event (op c), for bench/run.py --format connect and --envelope debezium and the
-tests of Debezium events read a batch at a time.
+each in a Debezium PostgreSQL change event (op c, u or d), for bench/run.py --format connect and --envelope debezium
+(its upsert mode's changelog among them) and the tests of Debezium events read a batch at a time.
 
 Millions of values are written, so they are written here rather than by Kafka's converter itself; what is written is
 checked against the converter (testkit/java/io/lakesink/testkit/ConnectRows.java) byte for byte, for rows of every
-kind, by tests/integration/test_connect_writer.py. The rows are of bench/registry_rows.py's kinds (a decimal a
+kind and each op, by tests/integration/test_connect_writer.py. The rows are of bench/registry_rows.py's kinds (a decimal a
 Decimal of 2 places, a timestamp milliseconds since the epoch).
 """
 from __future__ import annotations
@@ -72,6 +72,10 @@ def _java_double(value: float) -> str:
     with a digit more than the shortest, and subnormal ones otherwise (4.9E-324)."""
     if value != value or value in (float("inf"), float("-inf")):
         raise ValueError("JsonConverter writes NaN and infinity as strings, which the bench's rows never hold")
+    if 1e-3 <= abs(value) < 1e7:  # Python's shortest repr is plain here too; at most 15 digits when it is this short
+        text = repr(value)
+        if len(text) - (value < 0) <= 16:
+            return text
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
     if len(digits) > 15 or 0 < abs(value) < sys.float_info.min:  # Java 17 writes these with more digits or others
         raise ValueError(f"{value!r}: the bench writes normal doubles of at most 15 significant digits")
@@ -101,20 +105,39 @@ def _dumps(value: Any) -> str:
     return _ASTRAL.sub(_surrogates, json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-_WRITERS: dict[str, Callable[[Any], str]] = {"decimal": lambda value: f'"{_decimal(value)}"', "double": _java_double}
-"""How a value of a kind is written in the payload, where json.dumps would write it otherwise."""
+def _string(value: str) -> str:
+    return json.encoder.encode_basestring(value) if value.isascii() else _dumps(value)
+
+
+_WRITERS: dict[str, Callable[[Any], str]] = {
+    "decimal": lambda value: f'"{_decimal(value)}"', "double": _java_double, "long": str, "int": str,
+    "timestamp": str, "boolean": lambda value: "true" if value else "false", "string": _string}
+"""How a value of a kind is written in the payload: what json.dumps writes (_dumps), but faster, or what Jackson
+writes where json.dumps differs."""
+_OPS = ("c", "u", "d")
+_SOURCE_TEXT = ('{"version":"3.0.7.Final","connector":"postgresql","name":"server1","ts_ms":%d,"snapshot":"false",'
+                '"db":"inventory","sequence":"[\\"%d\\",\\"%d\\"]","ts_us":%d,"ts_ns":%d,"schema":"public",'
+                '"table":"all_types","txId":%d,"lsn":%d,"xmin":null}')
+"""The event's source at an lsn, as ConnectRows gives it (ConnectRecords.change): one text, not a dict to dump, since
+millions are written."""
 
 
 class ConnectWriter:
     """`(row, lsn) -> value bytes`: the row as the converter writes it, in a change event at `lsn` (from 1) when
     `envelope` is "debezium" (its source and times as ConnectRows gives them); `schemas=False`: the payload alone,
-    as the converter writes it with schemas.enable=false."""
+    as the converter writes it with schemas.enable=false.
+
+    A change event's `op` is "c" (the default: before null, after `row`), "u" or "d"; `before` is the row before,
+    or None; for "d" `row` is None (after null). A field `before` lacks, or has None, is written null, as a delete's
+    before holds only the key under PostgreSQL's REPLICA IDENTITY DEFAULT: only with `schemas=False`, since the
+    schema written with schemas says every field is required."""
 
     def __init__(self, fields: Fields, envelope: str = "plain", schemas: bool = True):
         if envelope not in ("plain", "debezium"):
             raise ValueError(f"no envelope {envelope!r}: plain or debezium")
         self._fields = [(_dumps(name) + ":", _WRITERS.get(kind, _dumps), name) for name, kind in fields]
         self._debezium = envelope == "debezium"
+        self._schemas = schemas
         if self._debezium:
             schema = {"type": "struct", "fields": [
                 _row_schema(fields, True, "before"), _row_schema(fields, True, "after"), _SOURCE,
@@ -125,19 +148,33 @@ class ConnectWriter:
             schema = _row_schema(fields, False)
         self._head, self._tail = ('{"schema":' + _dumps(schema) + ',"payload":', "}") if schemas else ("", "")
 
-    def __call__(self, row: dict[str, Any], lsn: int = 1) -> bytes:
-        payload = "{" + ",".join(key + write(row[name]) for key, write, name in self._fields) + "}"
+    def __call__(self, row: dict[str, Any] | None, lsn: int = 1, op: str = "c",
+                 before: dict[str, Any] | None = None) -> bytes:
+        payload = "null" if row is None else "{" + ",".join(
+            key + write(row[name]) for key, write, name in self._fields) + "}"
         if self._debezium:
+            if op not in _OPS or (row is None) != (op == "d") or (before is not None and op == "c"):
+                raise ValueError(f"op {op!r}: c (after a row), u (after a row) or d (after None), before None for c")
             millis = 1_700_000_000_000 + lsn
-            source = {"version": "3.0.7.Final", "connector": "postgresql", "name": "server1", "ts_ms": millis,
-                      "snapshot": "false", "db": "inventory", "sequence": f'["{lsn - 1}","{lsn}"]',
-                      "ts_us": millis * 1000, "ts_ns": millis * 1_000_000, "schema": "public", "table": "all_types",
-                      "txId": 500 + lsn, "lsn": lsn, "xmin": None}
-            times = {"ts_ms": millis + 500, "ts_us": (millis + 500) * 1000, "ts_ns": (millis + 500) * 1_000_000,
-                     "transaction": None}
-            payload = ('{"before":null,"after":' + payload + ',"source":' + _dumps(source) + ',"op":"c",'
-                       + _dumps(times)[1:])
+            source = _SOURCE_TEXT % (millis, lsn - 1, lsn, millis * 1000, millis * 1_000_000, 500 + lsn, lsn)
+            later = millis + 500
+            payload = (f'{{"before":{"null" if before is None else self._partial(before)},"after":{payload},'
+                       f'"source":{source},"op":"{op}","ts_ms":{later},"ts_us":{later * 1000},'
+                       f'"ts_ns":{later * 1_000_000},"transaction":null}}')
+        elif op != "c" or before is not None:
+            raise ValueError("op and before are a Debezium event's")
         return (self._head + payload + self._tail).encode()
+
+    def _partial(self, row: dict[str, Any]) -> str:
+        """A row some of whose fields may be null (absent or None)."""
+        cells = []
+        for key, write, name in self._fields:
+            value = row.get(name)
+            if value is None and self._schemas:
+                raise ValueError(f"{name} is null in a before row: written with schemas=False only (the schema "
+                                 "written with schemas says every field is required)")
+            cells.append(key + ("null" if value is None else write(value)))
+        return "{" + ",".join(cells) + "}"
 
 
 KINDS = (("a", "long"), ("b", "int"), ("c", "string"), ("d", "boolean"), ("e", "double"), ("f", "decimal"),

@@ -23,10 +23,13 @@ import org.apache.kafka.connect.data.Timestamp;
  * or in a Debezium PostgreSQL change event (op c, as ConnectRecords builds one): the reference the benchmark's Connect
  * JSON writer (testkit/connect_writer.py) is checked against.
  *
- * <p>Usage: {@code ConnectRows plain|debezium}. The first line of standard input is the shape, a JSON array of
- * {@code [name, kind]} with the kinds of bench/registry_rows.py (long, int, string, boolean, double, decimal as a
+ * <p>Usage: {@code ConnectRows plain|debezium|changes}. The first line of standard input is the shape, a JSON array
+ * of {@code [name, kind]} with the kinds of bench/registry_rows.py (long, int, string, boolean, double, decimal as a
  * string of 2 decimal places, timestamp in milliseconds, strings); then one JSON object per row and line. Prints one
- * line per row: the converter's bytes in base64.
+ * line per row: the converter's bytes in base64. {@code changes}: each line is a change event {@code {"op": "c"|"u"|"d",
+ * "before": row or null, "after": row or null}} (its source position the line's number), a field a row lacks or has
+ * null written null: the row's fields are optional, as a PostgreSQL table's nullable columns are, so that a delete's
+ * before can hold its key alone (REPLICA IDENTITY DEFAULT).
  */
 public final class ConnectRows {
 
@@ -62,10 +65,22 @@ public final class ConnectRows {
         };
     }
 
+    static Struct struct(Schema row, JsonNode shape, JsonNode node) {
+        Struct value = new Struct(row);
+        shape.forEach(field -> {
+            JsonNode cell = node.get(field.get(0).textValue());
+            value.put(field.get(0).textValue(),
+                    cell == null || cell.isNull() ? null : value(field.get(1).textValue(), cell));
+        });
+        return value;
+    }
+
     public static void main(String[] args) throws Exception {
-        boolean debezium = args.length == 1 && args[0].equals("debezium");
-        if (args.length != 1 || !(debezium || args[0].equals("plain"))) {
-            throw new IllegalArgumentException("usage: ConnectRows plain|debezium");
+        String mode = args.length == 1 ? args[0] : "";
+        boolean changes = mode.equals("changes");
+        boolean debezium = changes || mode.equals("debezium");
+        if (!(debezium || mode.equals("plain"))) {
+            throw new IllegalArgumentException("usage: ConnectRows plain|debezium|changes");
         }
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         JsonNode shape = ConnectRecords.MAPPER.readTree(in.readLine());
@@ -73,25 +88,47 @@ public final class ConnectRows {
         if (debezium) {
             builder.optional();
         }
-        shape.forEach(field -> builder.field(field.get(0).textValue(), kind(field.get(1).textValue())));
+        shape.forEach(field -> {
+            Schema kind = kind(field.get(1).textValue());
+            builder.field(field.get(0).textValue(), changes ? optional(kind) : kind);
+        });
         Schema row = builder.build();
         Schema envelope = debezium ? ConnectRecords.envelope(row) : null;
         PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
         long lsn = 0;
         for (String line = in.readLine(); line != null; line = in.readLine()) {
             JsonNode node = ConnectRecords.MAPPER.readTree(line);
-            Struct value = new Struct(row);
-            shape.forEach(field -> value.put(field.get(0).textValue(),
-                    value(field.get(1).textValue(), node.get(field.get(0).textValue()))));
-            Object written = value;
-            Schema schema = row;
-            if (debezium) {
-                written = ConnectRecords.change(envelope, "c", ++lsn, null, value);
-                schema = envelope;
+            Object written;
+            Schema schema = debezium ? envelope : row;
+            if (changes) {
+                JsonNode before = node.get("before");
+                JsonNode after = node.get("after");
+                written = ConnectRecords.change(envelope, node.get("op").textValue(), ++lsn,
+                        before.isNull() ? null : struct(row, shape, before),
+                        after.isNull() ? null : struct(row, shape, after));
+            } else if (debezium) {
+                written = ConnectRecords.change(envelope, "c", ++lsn, null, struct(row, shape, node));
+            } else {
+                written = struct(row, shape, node);
             }
             byte[] bytes = ConnectRecords.WRAPPED.fromConnectData(ConnectRecords.TOPIC, schema, written);
             out.println(Base64.getEncoder().encodeToString(bytes));
         }
         out.flush();
+    }
+
+    static Schema optional(Schema kind) {
+        SchemaBuilder builder = kind.type() == Schema.Type.ARRAY ? SchemaBuilder.array(kind.valueSchema())
+                : new SchemaBuilder(kind.type());
+        if (kind.name() != null) {
+            builder.name(kind.name());
+        }
+        if (kind.version() != null) {
+            builder.version(kind.version());
+        }
+        if (kind.parameters() != null) {
+            builder.parameters(kind.parameters());
+        }
+        return builder.optional().build();
     }
 }
