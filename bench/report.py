@@ -264,9 +264,12 @@ def upsert_report(bench) -> list[str]:
     seconds = [p.seconds for p in bench.produced.values()]
     stream = (f"; then {log.stream:,} streamed at {a.stream_rate:,}/s ({log.stream_kinds['update']:,} updates, "
               f"{log.stream_kinds['insert']:,} inserts, {log.stream_kinds['delete']:,} deletes)" if log.stream else "")
+    values = ("Debezium events in plain JSON, each delete's tombstone after it" if log.envelope == "debezium" else
+              "plain JSON values, deletes as tombstones")
     lines = ["", f"lakesink upsert benchmark: {a.rows:,} rows in {a.table_files} files, backlog of {a.changes:,} "
                  f"changes ({log.kinds['update']:,} updates, {log.kinds['insert']:,} inserts, "
-                 f"{log.kinds['delete']:,} deletes){stream}, {a.partitions} partitions, transaction.interval.ms="
+                 f"{log.kinds['delete']:,} deletes){stream}; {values}; {a.partitions} partitions, "
+                 f"transaction.interval.ms="
                  f"{a.txn_interval_ms}, spark.master={a.spark_master}, deletion vectors "
                  f"{'on' if a.deletion_vectors else 'off'}",
              f"  machine: {bench.machine}", f"  code: {code_state()}",
@@ -330,7 +333,8 @@ def upsert_report(bench) -> list[str]:
                  f"lakesink_stream_p50_ms={fmt(figure('lakesink', 'p50_ms', 'stream'), '.0f')} "
                  f"baseline_stream_p50_ms={fmt(figure('baseline', 'p50_ms', 'stream'), '.0f')} "
                  f"lakesink_stream_p99_ms={fmt(figure('lakesink', 'p99_ms', 'stream'), '.0f')} "
-                 f"baseline_stream_p99_ms={fmt(figure('baseline', 'p99_ms', 'stream'), '.0f')}")
+                 f"baseline_stream_p99_ms={fmt(figure('baseline', 'p99_ms', 'stream'), '.0f')} "
+                 f"envelope={log.envelope}")
     return lines
 
 

@@ -4,6 +4,7 @@
     .venv/bin/python bench/run.py --records 200000     # a development run
     .venv/bin/python bench/run.py --records 200000 --phases raw,lakesink
     .venv/bin/python bench/run.py --mode upsert        # keyed changes: lakesink upsert against foreachBatch + MERGE
+    .venv/bin/python bench/run.py --mode upsert --envelope debezium   # the same changes as Debezium events
     .venv/bin/python bench/run.py --format avro --phases raw,lakesink   # the same records in Avro
     .venv/bin/python bench/run.py --mode scale         # partitions, history length, record sizes
 
@@ -59,7 +60,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(skipped otherwise)")
     p.add_argument("--envelope", choices=["none", "debezium"], default="none",
                    help="debezium: each record is a Debezium change event (op c) whose row is the bench's record, "
-                        "read with value.envelope=debezium; in json, connect, avro or json_schema")
+                        "read with value.envelope=debezium; in json, connect, avro or json_schema. With --mode "
+                        "upsert: each change a Debezium PostgreSQL event in plain JSON (op c, u, d; a delete's "
+                        "tombstone after it), read with value.envelope=debezium, and parsed as one by the baseline")
     p.add_argument("--shape", choices=["flat", "nested"], default="flat",
                    help="the rows' shape: flat (bench/records.py ROW_FIELDS), or nested (NESTED_FIELDS: two records "
                         "within the row and an array of records), in json, avro, protobuf or json_schema, without "
@@ -110,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # child phases
     p.add_argument("--_phase", dest="child", help=argparse.SUPPRESS)
     for name in ("topic", "table", "checkpoint", "config", "work", "s3-endpoint", "filer", "initial", "fold",
-                 "tables", "dv"):
+                 "tables", "dv", "backlog-records", "stream-records"):
         p.add_argument(f"--{name}", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     phases, default_phases = (scale.PHASES, scale.DEFAULT_PHASES) if args.mode == "scale" else (PHASES, DEFAULT_PHASES)
@@ -124,8 +127,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--stream-changes takes 0 or more, and --stream-rate more than 0 when --stream-changes is not 0")
     if args.mode in ("upsert", "scale") and args.storage != "local":
         p.error(f"--mode {args.mode} runs on local tables only (--storage local)")
-    if args.mode in ("upsert", "scale") and (args.format != "json" or args.envelope != "none"):
-        p.error(f"--mode {args.mode} runs on plain JSON records only (--format json, --envelope none)")
+    if args.mode == "upsert" and args.format != "json":
+        p.error("--mode upsert runs on plain JSON values (--format json), bare or in Debezium envelopes (--envelope)")
+    if args.mode == "scale" and (args.format != "json" or args.envelope != "none"):
+        p.error("--mode scale runs on plain JSON records only (--format json, --envelope none)")
     if args.shape != "flat" and (args.mode != "append" or args.format == "connect" or args.envelope != "none"):
         p.error(f"--shape {args.shape} is written in json, avro, protobuf or json_schema, without envelope, in "
                 f"--mode append")

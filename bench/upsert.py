@@ -5,6 +5,7 @@ the same Spark, the same machine, in the same run.
     .venv/bin/python bench/run.py --mode upsert          # 10,000,000 rows, 1,000,000 + 1,000,000 changes
     .venv/bin/python bench/run.py --mode upsert --rows 200000 --changes 20000 --stream-changes 20000 \
         --stream-rate 5000                               # a development run
+    .venv/bin/python bench/run.py --mode upsert --envelope debezium   # the same changes as Debezium events
 
 Each contender is measured in two phases of one running process: "backlog (cold)", a changelog produced before it
 started, applied from a cold JVM; then "stream (warm)", a second changelog produced while it runs, at a steady rate.
@@ -18,19 +19,28 @@ stream says how a long-running sink keeps a table current, which is what users r
    deletes as tombstones (null value). Kafka key `{"id": k}`, partition k % partitions, so the changes to a key keep
    their order (both are produced with ORDERED: idempotent). Each value carries `seq` (its index in the changelog,
    unique) and `ts` (its produce time). The fold of both (key -> last change, or deleted) is kept in a dict.
+   `--envelope debezium`: each change is instead a Debezium PostgreSQL change event in plain JSON, as Kafka Connect's
+   JsonConverter writes it with schemas.enable=false (the test kit's ConnectWriter, checked byte for byte against
+   it): an insert op c, an update op u (before null, PostgreSQL's default REPLICA IDENTITY), a delete op d (before
+   the key alone, the rest null; after null) followed by its tombstone, as Debezium writes by default; source.lsn
+   is seq + 1. A change is an event: the figures count changes, and a delete is two of the topic's records.
 3. Each contender has a topic of its own: its phases produce to it, and the other contender's do not. The backlog
    is produced to every contender's topic before the first contender starts, as fast as the client goes. Once a
    contender has applied it, a thread of the bench produces the stream to that contender's topic at `--stream-rate`
    changes/s in 5 ms chunks, every change stamped with its chunk's produce time, while the same process keeps
-   running (0 stream changes: no second phase).
+   running (0 stream changes: no second phase; Debezium's tombstones are paced with the changes, so the records/s
+   are about 1.1 times the rate).
 4. `baseline`: the child phase `upsert_baseline` reads its topic with Spark's Kafka source; each micro-batch
    (processingTime trigger = transaction.interval.ms) parses the JSON, keeps the last change per key by offset and
-   MERGEs it into its copy (delete on tombstone, update matched, insert not matched). When its micro-batches hold
-   every backlog change it creates the file BACKLOG_MARK (a batch's progress is reported after its MERGE); it stops
-   when they hold every change of both.
+   MERGEs it into its copy (delete on tombstone, update matched, insert not matched). With Debezium events it parses
+   each into before, after and op, skips the tombstones (the op d before each one deletes its key) and MERGEs the
+   last change per key: delete on op d, update matched and insert not matched from after. When its micro-batches
+   hold every backlog record it creates the file BACKLOG_MARK (a batch's progress is reported after its MERGE); it
+   stops when they hold every record of both.
 5. `lakesink`: `python -m connector run` with write.mode=upsert, delete.enabled=true, record.key.fields empty
-   (the Kafka key), connect.meta.data=false, on its copy; the backlog is applied when the table's committed offsets
-   reach the topic's end, the stream when they reach its end again after the stream.
+   (the Kafka key), connect.meta.data=false, on its copy (and value.envelope=debezium with Debezium events: changes
+   ordered by their source position, the lsn); the backlog is applied when the table's committed offsets reach the
+   topic's end, tombstones included, the stream when they reach its end again after the stream.
 
 Measured per contender and phase, from the table's Delta log (each version read once, visible at the mtime of its
 _delta_log/<version>.json); a phase's commits are those after the previous phase was applied:
@@ -51,7 +61,8 @@ _delta_log/<version>.json); a phase's commits are those after the previous phase
               table's topic, `exceptAll` both ways)
 The last line: `upsert lakesink_cps=… baseline_cps=… ratio=… lakesink_p50_ms=… baseline_p50_ms=… check=…
 lakesink_stream_cps=… baseline_stream_cps=… stream_ratio=… lakesink_stream_p50_ms=… baseline_stream_p50_ms=…
-lakesink_stream_p99_ms=… baseline_stream_p99_ms=…`: the first five figures are the backlog's.
+lakesink_stream_p99_ms=… baseline_stream_p99_ms=… envelope=none|debezium`: the first five figures are the
+backlog's.
 """
 from __future__ import annotations
 
@@ -69,13 +80,24 @@ from bench.harness import (ROOT, ControlTail, ModeRun, PacedProducer, PhaseFaile
                            child_result, emit, fast_producer, pct, run_phase, say, self_cmd, tail, txn_timeline, watch)
 from bench.report import fmt, upsert_report, write_json
 from testkit import LakesinkProcess, create_topic, pipeline_config, watermarks
+from testkit.connect_writer import ConnectWriter
 
 COLUMNS = (("id", "long"), ("seq", "long"), ("ts", "long"), ("name", "string"), ("amount", "double"),
            ("qty", "long"), ("active", "boolean"))
 """The table's columns, in order, with their Spark SQL types."""
 DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
+ENVELOPE_DDL = "before struct<{row}>, after struct<{row}>, op string".format(
+    row=", ".join(f"{name}: {kind}" for name, kind in COLUMNS))
+"""What the baseline reads of a Debezium event: its rows and its op (the source, times and transaction left out)."""
+ENVELOPES = ("none", "debezium")
+"""--envelope: plain JSON values, or Debezium PostgreSQL change events in plain JSON."""
 DATA = tuple(name for name, _ in COLUMNS if name != "id")
 SHARES = (("update", 0.8), ("insert", 0.1), ("delete", 0.1))
+KINDS = tuple(kind for kind, _ in SHARES)
+UPDATE, INSERT, DELETE = range(3)
+"""A change's kind as Changelog.kind holds it: its index in KINDS."""
+OPS = ("u", "c", "d")
+"""A kind's Debezium op."""
 CONTENDERS = ("lakesink", "baseline")
 """The contenders (--contenders), in the order they run."""
 BACKLOG_MARK = "baseline-backlog-applied"
@@ -97,6 +119,24 @@ def change_row(key: int, seq: int) -> tuple[str, str, int, bool]:
 def change_value(key: int, seq: int, ts_ms: int) -> bytes:
     name, amount, qty, active = change_row(key, seq)
     return (_VALUE % (key, seq, ts_ms, name, amount, qty, "true" if active else "false")).encode()
+
+
+class DebeziumValues:
+    """Change `seq` as the Debezium PostgreSQL connector's event in plain JSON (Kafka Connect's JsonConverter with
+    schemas.enable=false), written by the test kit's Connect writer: an insert op c, an update op u (before null,
+    as PostgreSQL's default REPLICA IDENTITY gives), a delete op d (before the key alone, the rest null; after null);
+    source.lsn seq + 1, so the source positions lakesink orders Debezium changes by are the changelog's order."""
+
+    def __init__(self):
+        self._write = ConnectWriter(COLUMNS, "debezium", schemas=False)
+
+    def __call__(self, kind: int, key: int, seq: int, ts_ms: int) -> bytes:
+        if kind == DELETE:
+            return self._write(None, seq + 1, "d", {"id": key})
+        name, amount, qty, active = change_row(key, seq)
+        row = {"id": key, "seq": seq, "ts": ts_ms, "name": name, "amount": float(amount), "qty": qty,
+               "active": active}
+        return self._write(row, seq + 1, OPS[kind])
 
 
 def change_key(key: int) -> bytes:
@@ -129,33 +169,61 @@ def changelog(rows: int, changes: int, seed: int = 17):
 @dataclass
 class Changelog:
     """The changes, generated once for both contenders: the backlog's `backlog` events, then the stream's; per seq
-    its key and whether it is a delete; the fold of all of them (key -> seq of its last change, None if deleted)."""
+    its key and kind (UPDATE, INSERT, DELETE); the fold of all of them (key -> seq of its last change, None if
+    deleted). `envelope` "none": each change is one record, a delete a tombstone; "debezium": each change is a
+    Debezium event and a delete's event is followed by its tombstone, as Debezium writes them by default, so a
+    delete is two records: a change (an event) counts once, the topic's records are counted apart (`records`)."""
     keys: array
-    deletes: bytearray
+    kind: bytearray
     backlog: int
     fold: dict[int, int | None]
     kinds: dict[str, int]
     stream_kinds: dict[str, int]
+    envelope: str = "none"
+
+    def __post_init__(self):
+        self._debezium = DebeziumValues() if self.envelope == "debezium" else None
 
     @classmethod
-    def generate(cls, rows: int, backlog: int, stream: int, seed: int) -> Changelog:
-        keys, deletes, fold = array("q"), bytearray(), {}
-        kinds, stream_kinds = ({kind: 0 for kind, _ in SHARES} for _ in range(2))
+    def generate(cls, rows: int, backlog: int, stream: int, seed: int, envelope: str = "none") -> Changelog:
+        keys, kind_of, fold = array("q"), bytearray(), {}
+        kinds, stream_kinds = ({kind: 0 for kind in KINDS} for _ in range(2))
         for seq, kind, key in changelog(rows, backlog + stream, seed):
             keys.append(key)
-            deletes.append(kind == "delete")
+            kind_of.append(KINDS.index(kind))
             fold[key] = None if kind == "delete" else seq
             (kinds if seq < backlog else stream_kinds)[kind] += 1
-        return cls(keys, deletes, backlog, fold, kinds, stream_kinds)
+        return cls(keys, kind_of, backlog, fold, kinds, stream_kinds, envelope)
 
     @property
     def stream(self) -> int:
         return len(self.keys) - self.backlog
 
-    def record(self, seq: int, ts_ms: int, partitions: int) -> tuple[bytes | None, bytes, int]:
-        """Change `seq` as (value, key, partition); a delete is a tombstone."""
+    def records(self, start: int = 0, stop: int | None = None) -> int:
+        """The topic's records of changes start..stop-1 (all by default)."""
+        stop = len(self.keys) if stop is None else stop
+        return stop - start + (self.kind.count(DELETE, start, stop) if self._debezium else 0)
+
+    def topic_records(self, start: int, stop: int):
+        """(seq, tombstone) of each record of changes start..stop-1, in produce order."""
+        for seq in range(start, stop):
+            if self._debezium:
+                yield seq, False
+                if self.kind[seq] == DELETE:
+                    yield seq, True
+            else:
+                yield seq, self.kind[seq] == DELETE
+
+    def record(self, seq: int, ts_ms: int, partitions: int, tombstone: bool) -> tuple[bytes | None, bytes, int]:
+        """A record of change `seq` as (value, key, partition): its value, or None for a tombstone."""
         key = self.keys[seq]
-        return None if self.deletes[seq] else change_value(key, seq, ts_ms), change_key(key), key % partitions
+        if tombstone:
+            value = None
+        elif self._debezium:
+            value = self._debezium(self.kind[seq], key, seq, ts_ms)
+        else:
+            value = change_value(key, seq, ts_ms)
+        return value, change_key(key), key % partitions
 
 
 @dataclass
@@ -179,12 +247,12 @@ def produce_backlog(bootstrap: str, topic: str, log: Changelog, partitions: int)
     started = time.time()
     ts = int(started * 1000)
     produce = producer.produce
-    for seq in range(log.backlog):
-        if seq % 10_000 == 0:
+    for seq, tombstone in log.topic_records(0, log.backlog):
+        if seq % 10_000 == 0 and not tombstone:
             ts = int(time.time() * 1000)
             producer.poll(0)
         times[seq] = ts
-        value, key, partition = log.record(seq, ts, partitions)
+        value, key, partition = log.record(seq, ts, partitions, tombstone)
         while True:
             try:
                 produce(topic, value, key, partition=partition)
@@ -195,21 +263,29 @@ def produce_backlog(bootstrap: str, topic: str, log: Changelog, partitions: int)
         raise PhaseFailed(f"changes were not all delivered to {topic}")
     seconds = time.time() - started
     ends = topic_ends(bootstrap, topic, partitions)
-    if sum(ends.values()) != log.backlog:
-        raise PhaseFailed(f"{topic} holds {sum(ends.values())} records, {log.backlog} were produced")
+    if sum(ends.values()) != log.records(0, log.backlog):
+        raise PhaseFailed(f"{topic} holds {sum(ends.values())} records, {log.records(0, log.backlog)} were produced")
     return Produced(topic, ends, times, seconds)
 
 
 def stream_producer(bootstrap: str, produced: Produced, log: Changelog, partitions: int, rate: int) -> PacedProducer:
     """The stream to the contender's topic at `rate` changes/s, in a background thread; each change's ts is the
-    time its chunk was produced."""
+    time its chunk was produced. It is paced in records, at rate * records / changes (the same where a change is a
+    record; with Debezium's tombstones about 1.1 times as many), so changes average `rate` per second."""
     times, first = produced.times, log.backlog
+    seqs, tombstones = array("q"), bytearray()
+    for seq, tombstone in log.topic_records(first, len(log.keys)):
+        seqs.append(seq)
+        tombstones.append(tombstone)
 
     def record(i: int, ts_ms: int) -> tuple[bytes | None, bytes, int]:
-        times[first + i] = ts_ms
-        return log.record(first + i, ts_ms, partitions)
+        seq, tombstone = seqs[i], tombstones[i]
+        if not tombstone:
+            times[seq] = ts_ms
+        return log.record(seq, ts_ms, partitions, tombstone)
 
-    return PacedProducer(bootstrap, produced.topic, rate, record, limit=log.stream, config=ORDERED)
+    return PacedProducer(bootstrap, produced.topic, round(rate * len(seqs) / log.stream), record, limit=len(seqs),
+                         config=ORDERED)
 
 
 def write_fold(log: Changelog, times: dict[str, array], path: Path) -> None:
@@ -377,9 +453,9 @@ class UpsertBench(ModeRun):
                 paced.stop()
             produced.stream = {"produced": paced.produced, "started": paced.started, "ended": paced.ended}
             produced.ends = topic_ends(self.bootstrap, produced.topic, a.partitions)
-            if sum(produced.ends.values()) != len(self.log.keys):
+            if sum(produced.ends.values()) != self.log.records():
                 raise PhaseFailed(f"{produced.topic} holds {sum(produced.ends.values())} records, "
-                                  f"{len(self.log.keys)} were produced")
+                                  f"{self.log.records()} were produced")
         self._watch(proc, log, memory, log_path, f"{contender} stream" if self.log.stream else contender, applied,
                     control)
         log.poll()
@@ -396,6 +472,7 @@ class UpsertBench(ModeRun):
         conf["spark.driver.extraJavaOptions"] = f"-Djava.io.tmpdir={self.work / f'spark-{name}' / 'tmp'}"
         config = pipeline_config(self.work, self.bootstrap, produced.topic, name=name, **{
             "target.table.name": name, "write.mode": "upsert", "delete.enabled": "true", "record.key.fields": "",
+            **({"value.envelope": "debezium"} if a.envelope == "debezium" else {}),
             "connect.meta.data": "false", "transaction.interval.ms": a.txn_interval_ms,
             "coordinator.writestatus.timeout.ms": 120_000, "flush.size": a.flush_size,
             "spark.master": a.spark_master, **conf})
@@ -436,7 +513,8 @@ class UpsertBench(ModeRun):
         mark = self.work / BACKLOG_MARK
         started = time.time()
         proc = self._child("upsert_baseline", log_path, bootstrap=self.bootstrap, topic=produced.topic,
-                           changes=a.changes, stream_changes=self.log.stream, table=table,
+                           backlog_records=self.log.records(0, self.log.backlog),
+                           stream_records=self.log.records(self.log.backlog), envelope=a.envelope, table=table,
                            checkpoint=self.work / "baseline-checkpoint", spark_master=a.spark_master,
                            txn_interval_ms=a.txn_interval_ms, sss_max_offsets=a.sss_max_offsets, work=self.work,
                            driver_memory=a.driver_memory)
@@ -488,8 +566,9 @@ class UpsertBench(ModeRun):
         first = produced.times[log.backlog] / 1000
         p = produced.stream
         lat = latencies(table, commits, range(log.backlog, len(log.keys)), 0.0)
+        produced_changes = p["produced"] * log.stream / log.records(log.backlog)  # the producer counts records
         return {"changes": log.stream, "rate": self.args.stream_rate,
-                "produced_cps": p["produced"] / (p["ended"] - p["started"]), "seconds": last.visible - first,
+                "produced_cps": produced_changes / (p["ended"] - p["started"]), "seconds": last.visible - first,
                 "cps": log.stream / (last.visible - first), **_latency_figures(lat), **_commit_figures(commits)}
 
     def check(self, tables: dict[str, str]) -> dict:
@@ -540,7 +619,7 @@ def run(args, work: Path, bootstrap: str, machine: str) -> int:
         say(f"writing the initial table: {args.rows:,} rows in {args.table_files} files ...")
         bench.results["seed"] = bench.seed()
         say(f"  {bench.results['seed']['seconds']:.1f} s")
-        bench.log = Changelog.generate(args.rows, args.changes, args.stream_changes, args.seed)
+        bench.log = Changelog.generate(args.rows, args.changes, args.stream_changes, args.seed, args.envelope)
         say(f"changelog: backlog {bench.log.kinds}, stream {bench.log.stream_kinds}")
         for contender in args.contenders:
             topic = f"changes-{uuid.uuid4().hex[:8]}-{contender}"
@@ -606,7 +685,14 @@ def child_seed(args) -> int:
 
 
 def child_baseline(args) -> int:
-    """The hand-written job: Kafka source -> foreachBatch: parse, last change per key by offset, MERGE."""
+    """The hand-written job: Kafka source -> foreachBatch: parse, last change per key by offset, MERGE.
+
+    The id is the Kafka key's. Plain values (--envelope none): the value's columns, a tombstone a delete. Debezium
+    events (--envelope debezium), as users write that job for Debezium into Delta: the value parsed into its
+    before, after and op; tombstones skipped, since the op d before each one already deletes its key and a
+    tombstone carries nothing more (nor, if its event came in an earlier micro-batch, anything to do); a change of
+    op d deletes, any other sets the row from `after` (update matched, insert not matched). It stops once its
+    micro-batches hold --backlog-records + --stream-records records, tombstones counted."""
     from delta.tables import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -620,10 +706,14 @@ def child_baseline(args) -> int:
 
     def apply(batch, batch_id: int) -> None:
         began = time.time()
-        changes = batch.select(
-            F.from_json(F.col("key").cast("string"), "id long").getField("id").alias("id"),
-            F.col("value").isNull().alias("_delete"), F.col("offset"),
-            F.from_json(F.col("value").cast("string"), DDL).alias("v"))
+        key = F.from_json(F.col("key").cast("string"), "id long").getField("id").alias("id")
+        if args.envelope == "debezium":
+            events = batch.where(F.col("value").isNotNull()).select(
+                key, F.col("offset"), F.from_json(F.col("value").cast("string"), ENVELOPE_DDL).alias("e"))
+            changes = events.select("id", (F.col("e.op") == "d").alias("_delete"), "offset", F.col("e.after").alias("v"))
+        else:
+            changes = batch.select(key, F.col("value").isNull().alias("_delete"), F.col("offset"),
+                                   F.from_json(F.col("value").cast("string"), DDL).alias("v"))
         last = (changes.withColumn("_n", F.row_number().over(Window.partitionBy("id").orderBy(F.col("offset").desc())))
                 .where("_n = 1").select("id", "_delete", *[F.col(f"v.{name}").alias(name) for name in DATA]))
         (target.alias("t").merge(last.alias("s"), "t.id = s.id")
@@ -649,10 +739,10 @@ def child_baseline(args) -> int:
             if p["numInputRows"]:
                 batches[p["batchId"]] = {"rows": p["numInputRows"], "ms": p["durationMs"].get("triggerExecution")}
         rows = sum(b["rows"] for b in batches.values())
-        if backlog_batches is None and rows >= int(args.changes):  # a batch's progress comes after its MERGE
+        if backlog_batches is None and rows >= int(args.backlog_records):  # a batch's progress comes after its MERGE
             backlog_batches = len(batches)
             (Path(args.work) / BACKLOG_MARK).touch()
-        if rows >= int(args.changes) + int(args.stream_changes) or not query.isActive:
+        if rows >= int(args.backlog_records) + int(args.stream_records) or not query.isActive:
             break
         time.sleep(0.5)
     exception = query.exception()
