@@ -309,6 +309,9 @@ class _Compiler:
         self.objects: dict[int, tuple[bool, list[Field]]] = {}
         """Object decoders (by identity) -> (additionalProperties is false, their properties as the batch path reads
         them; a property of no kind of KINDS has kind "")."""
+        self.object_arrays: dict[int, tuple[bool, list[Field]]] = {}
+        """Decoders of arrays of objects (by identity) -> their objects' entry of `objects` (their kind is in
+        `kinds`)."""
 
     def batch(self, decoder: Decoder) -> BatchReader | None:
         """The batch reader of an object decoder this compiler made (None: its schema takes no batch path)."""
@@ -454,10 +457,11 @@ class _Compiler:
             fields.append((name, self.raw.get(id(child), child.to_value), is_required, default,
                            self.fast.get(id(child)), allows_null))
             children.append((name, child))
-            nested = self.objects.get(id(child))
-            batch_fields.append(Field(name, self.kinds.get(id(child), ""), is_required, allows_null, default)
+            nested = self.objects.get(id(child)) or self.object_arrays.get(id(child))
+            kind = OBJECT if id(child) in self.objects else self.kinds.get(id(child), "")
+            batch_fields.append(Field(name, kind, is_required, allows_null, default)
                                 if nested is None else
-                                Field(name, OBJECT, is_required, allows_null, default, tuple(nested[1]), nested[0]))
+                                Field(name, kind, is_required, allows_null, default, tuple(nested[1]), nested[0]))
         names = frozenset(node["properties"])
         closed = node.get("additionalProperties") is False
         arrow_type = pa.struct([pa.field(name, child.arrow_type) for name, child in children])
@@ -510,6 +514,9 @@ class _Compiler:
         item_kind = self.kinds.get(id(item))
         if item_kind in KINDS:
             self.kind(decoder, array_kind(item_kind, item.schema.optional))
+        elif id(item) in self.objects:
+            self.kind(decoder, array_kind(OBJECT, item.schema.optional))
+            self.object_arrays[id(decoder)] = self.objects[id(item)]
         return decoder
 
     def map(self, values_node: Any, resolver: Any, nullable: bool) -> Decoder:

@@ -33,9 +33,10 @@ Objects of these properties take this path: an integer, a number, a boolean, or 
 date or time, or none of those), an array of one of them (its items checked and converted as a property of their
 kind is; a null item only where the items' schema allows null), or an object of such properties (a struct, each of
 its properties checked and converted as a top-level one is; a property null where its object is not is taken only
-where null and absence are the same for it, which is how Debezium's `after` and `before` are read). Every object
-within is closed (additionalProperties false) where the schema is, or open where it is: the reader has one rule for
-unexpected fields at every depth. The table is the one the per-record path builds (`decoder.rows` of each record's
+where null and absence are the same for it, which is how Debezium's `after` and `before` are read), or an array of
+such objects (a list of structs, each object read as an object property is; a null item only where the items'
+schema allows null). Every object within is closed (additionalProperties false) where the schema is, or open where
+it is: the reader has one rule for unexpected fields at every depth. The table is the one the per-record path builds (`decoder.rows` of each record's
 `to_value`), value for value and type for type.
 """
 from __future__ import annotations
@@ -67,13 +68,25 @@ def array_kind(item: str, nullable: bool) -> str:
 
 
 def _items(kind: str) -> tuple[str, bool] | None:
-    """(the items' kind, whether they may be null) of an array kind; None for another kind."""
+    """(the items' kind, whether they may be null) of an array kind, its items of KINDS or objects (OBJECT); None for
+    another kind."""
     if not kind.startswith(_ARRAY):
         return None
     item = kind[len(_ARRAY):]
     nullable = item.endswith(_OR_NULL)
     item = item[:-len(_OR_NULL)] if nullable else item
-    return (item, nullable) if item in KINDS else None
+    return (item, nullable) if item in KINDS or item == OBJECT else None
+
+
+def _nested(f: Field) -> bool:
+    """Whether a property holds objects: an object, or an array of them (its properties in `Field.children`)."""
+    return f.kind == OBJECT or (_items(f.kind) or ("",))[0] == OBJECT
+
+
+def _struct_of(f: Field, arrow_type: pa.DataType) -> pa.DataType:
+    """The struct type of a nested property's objects: its own type, or its items' (a type of another shape is
+    returned as it is, and has no fields the property's children could match)."""
+    return arrow_type.value_type if f.kind != OBJECT and pa.types.is_list(arrow_type) else arrow_type
 
 _JSON_TYPES = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
 """The type the reader reads a kind as: every string kind as a string."""
@@ -104,7 +117,8 @@ _INTEGER_MINUS_ZERO = re.compile(rb"-0(?![.eE0-9])")
 
 
 OBJECT = "object"
-"""The kind of an object property (its own properties in `Field.children`)."""
+"""The kind of an object property (its own properties in `Field.children`); `array_kind(OBJECT, nullable)` is the
+kind of an array of such objects."""
 
 
 @dataclass(frozen=True)
@@ -113,16 +127,16 @@ class Field:
 
     name: str
     kind: str
-    """One of KINDS, an array of one of them (`array_kind`), or OBJECT."""
+    """One of KINDS, an array of one of them (`array_kind`), OBJECT, or an array of objects."""
     required: bool
     allows_null: bool
     """Its schema allows null (a JSON null is null, not a record error)."""
     default: Any = None
     """The value of the column when the property is absent (the per-record path's conversion of its `default`)."""
     children: tuple[Field, ...] = ()
-    """An object's properties."""
+    """An object's properties (an array's objects')."""
     closed: bool = False
-    """An object's additionalProperties is false."""
+    """An object's (an array's objects') additionalProperties is false."""
 
 
 Convert = Callable[[pa.Array], pa.Array | None]
@@ -134,8 +148,8 @@ def batch_reader(fields: list[Field], closed: bool, row_schema: pa.Schema) -> Ba
     unexpected fields at every depth)."""
     def readable(fields: tuple[Field, ...] | list[Field], kind: pa.DataType) -> bool:
         return bool(fields) and len(fields) == kind.num_fields and all(
-            f.kind in KINDS or _items(f.kind) is not None
-            or f.kind == OBJECT and f.closed == closed and readable(f.children, kind.field(f.name).type)
+            f.closed == closed and readable(f.children, _struct_of(f, kind.field(f.name).type)) if _nested(f)
+            else f.kind in KINDS or _items(f.kind) is not None
             for f in fields)
 
     if not readable(fields, pa.struct(list(row_schema))):
@@ -207,7 +221,7 @@ def _converted(f: Field, convert: Convert, array: pa.Array, arrow_type: pa.DataT
     """A property's column as the reader read it, converted (`convert`: `_convert`'s for it) and checked; None for a
     value the per-record path refuses or might read otherwise."""
     converted = array.cast(arrow_type) if len(array) == array.null_count \
-        else convert(array, joined) if f.kind == OBJECT else convert(array)
+        else convert(array, joined) if _nested(f) else convert(array)
     if converted is None:
         return None
     numbers = converted if f.kind == "number" else pc.list_flatten(converted) \
@@ -219,8 +233,9 @@ def _converted(f: Field, convert: Convert, array: pa.Array, arrow_type: pa.DataT
 
 def _json_type(f: Field) -> pa.DataType:
     """The type the reader reads a property's values as: every string kind as a string, an object as a struct."""
-    if f.kind == OBJECT:
-        return pa.struct([(c.name, _json_type(c)) for c in f.children])
+    if _nested(f):
+        struct = pa.struct([(c.name, _json_type(c)) for c in f.children])
+        return struct if f.kind == OBJECT else pa.list_(struct)
     items = _items(f.kind)
     if items is not None:
         return pa.list_(_JSON_TYPES.get(items[0], pa.string()))
@@ -229,20 +244,31 @@ def _json_type(f: Field) -> pa.DataType:
 
 def _convert(f: Field, arrow_type: pa.DataType) -> Convert:
     """A property's conversion to the column of `arrow_type`; an array's converts its items as their kind's, an
-    object's each of its properties as theirs (`_object`)."""
+    object's each of its properties as theirs (`_object`); those holding objects take the joined payloads too."""
     if f.kind == OBJECT:
         return _object(f.children, arrow_type)
     kind = f.kind
     items = _items(kind)
     if items is None:
         return _CONVERTS[kind]
-    convert_item, nullable = _CONVERTS[items[0]], items[1]
+    nullable = items[1]
+    if items[0] == OBJECT:
+        objects = _object(f.children, arrow_type.value_type)
 
-    def convert(array: pa.Array) -> pa.Array | None:
+        def convert_item(values: pa.Array, joined: bytes) -> pa.Array | None:
+            return objects(values, joined)
+    else:
+        scalar = _CONVERTS[items[0]]
+
+        def convert_item(values: pa.Array, joined: bytes) -> pa.Array | None:
+            return scalar(values)
+
+    def convert(array: pa.Array, joined: bytes = b"") -> pa.Array | None:
         values = pc.list_flatten(array)  # the items of the arrays that are not null
         if values.null_count and not nullable:
             return None  # a null item the items' schema refuses
-        converted = values.cast(arrow_type.value_type) if len(values) == values.null_count else convert_item(values)
+        converted = values.cast(arrow_type.value_type) if len(values) == values.null_count \
+            else convert_item(values, joined)
         if converted is None:
             return None
         offsets = pa.concat_arrays([pa.array([0], pa.int32()),

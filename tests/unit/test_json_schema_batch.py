@@ -57,8 +57,11 @@ REQUIRED = ("i", "n", "rn")
 
 
 def _present(row: dict) -> dict:
-    """The row without its MISSING fields, in objects within it too."""
-    return {k: _present(v) if type(v) is dict else v for k, v in row.items() if v is not MISSING}
+    """The row without its MISSING fields, in objects within it (and within its arrays) too."""
+    def present(value):
+        return _present(value) if type(value) is dict else [present(v) for v in value] if type(value) is list \
+            else value
+    return {k: present(v) for k, v in row.items() if v is not MISSING}
 
 
 class Writer:
@@ -341,11 +344,14 @@ def test_an_empty_batch_is_refused():
 
 @pytest.mark.parametrize("node", [
     {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
-    {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+    {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                "additionalProperties": False}},  # closed objects in an open schema
+    {"type": "array", "items": {"type": "object", "properties": {"m": {"type": "object",
+                                                                         "additionalProperties": {"type": "integer"}}}}},
     {"type": "object", "additionalProperties": {"type": "integer"}}, {"type": ["integer", "string"]}, {},
     {"oneOf": [{"type": "integer"}, {"type": "string"}]}, {"type": "array"},
 ])
-def test_schemas_beyond_objects_scalars_and_their_arrays_have_no_batch_reader(node):
+def test_schemas_beyond_objects_scalars_and_arrays_of_them_have_no_batch_reader(node):
     assert Writer(object_schema({"id": {"type": "integer"}, "other": node})).writer.read_many is None
 
 
@@ -414,11 +420,14 @@ def test_a_lone_surrogate_is_a_record_error_with_the_batch_path_and_without():
 # --- objects within objects ------------------------------------------------------------------------------------
 
 def nested_schema(closed: bool) -> dict:
-    """EVERY_KIND at the top, again in a required object `o`, and in an object `oo` that may be null (as Debezium's
-    `after`), each closed where the whole schema is."""
+    """EVERY_KIND at the top, again in a required object `o`, in an object `oo` that may be null (as Debezium's
+    `after`), in the objects of an array `lo`, and of an array `lon` whose items may be null, each closed where the
+    whole schema is."""
     inner = object_schema(EVERY_KIND, REQUIRED, closed=closed, title="Inner")
     del inner["$schema"]
-    properties = {**EVERY_KIND, "o": inner, "oo": {"oneOf": [{"type": "null"}, inner]}}
+    maybe = {"oneOf": [{"type": "null"}, inner]}
+    properties = {**EVERY_KIND, "o": inner, "oo": maybe, "lo": {"type": "array", "items": inner},
+                  "lon": {"type": "array", "items": maybe}}
     return object_schema(properties, (*REQUIRED, "o"), closed=closed)
 
 
@@ -426,9 +435,13 @@ NESTED_OPEN, NESTED_CLOSED = Writer(nested_schema(False)), Writer(nested_schema(
 
 
 def nested_rows(rows: st.SearchStrategy) -> st.SearchStrategy:
-    """Rows of the nested schema: `rows` at the top, in `o`, and in `oo` (or null there, or absent)."""
-    return st.builds(lambda top, o, oo: {**top, "o": o, "oo": oo}, rows, rows,
-                     st.one_of(rows, st.none(), st.just(MISSING)))
+    """Rows of the nested schema: `rows` at the top, in `o`, in `oo` (or null there, or absent), and in `lo` and
+    `lon` (some null among them, the arrays absent or null too)."""
+    def array(items: st.SearchStrategy) -> st.SearchStrategy:
+        return st.one_of(st.lists(items, max_size=3), st.none(), st.just(MISSING))
+    return st.builds(lambda top, o, oo, lo, lon: {**top, "o": o, "oo": oo, "lo": lo, "lon": lon}, rows, rows,
+                     st.one_of(rows, st.none(), st.just(MISSING)), array(st.one_of(rows, st.none())),
+                     array(st.one_of(rows, st.none())))
 
 
 def present_rows():
@@ -445,14 +458,21 @@ def test_any_batch_of_nested_objects_is_the_per_record_paths_table_or_refused(ro
 
 
 @HYPOTHESIS
-@given(rows=st.lists(st.builds(lambda top, o, oo: {**top, "o": o, "oo": oo}, present_rows(), present_rows(),
-                               st.one_of(present_rows(), st.just(MISSING))), min_size=1, max_size=8),
+@given(rows=st.lists(st.builds(lambda top, o, oo, lo, lon: {**top, "o": o, "oo": oo, "lo": lo, "lon": lon},
+                               present_rows(), present_rows(), st.one_of(present_rows(), st.just(MISSING)),
+                               st.lists(present_rows(), max_size=3),
+                               st.one_of(st.lists(st.one_of(present_rows(), st.none()), max_size=3),
+                                         st.just(MISSING))),
+                     min_size=1, max_size=8),
        closed=st.booleans())
 def test_a_batch_of_well_formed_nested_objects_is_taken(rows, closed):
     writer = NESTED_CLOSED if closed else NESTED_OPEN
     table = same_or_refused(writer, writer.payloads(rows))
     assert table is not None
     assert pa.types.is_struct(table.schema.field("o").type) and pa.types.is_struct(table.schema.field("oo").type)
+    for name in ("lo", "lon"):
+        kind = table.schema.field(name).type
+        assert pa.types.is_list(kind) and pa.types.is_struct(kind.value_type)
 
 
 def test_a_null_within_an_object_is_taken_only_where_null_and_absence_are_the_same():
@@ -460,7 +480,9 @@ def test_a_null_within_an_object_is_taken_only_where_null_and_absence_are_the_sa
             "t": "00:00:00", "oi": 1, "rn": 0.5, "ds": "a", "dn": 3, "email": "e", "as": [], "an": [], "ats": [],
             "ai": [1]}
     for writer in (NESTED_OPEN, NESTED_CLOSED):
-        assert same_or_refused(writer, writer.payloads([{**good, "o": {**good, "oi": None}, "oo": None}])) is not None
+        arrays = {"lo": [], "lon": [None]}  # present: an absent one is proven absent only where no null is written
+        assert same_or_refused(writer, writer.payloads([{**good, "o": {**good, "oi": None}, "oo": None, **arrays}])) \
+            is not None
         # a field with a default, absent within the object: the per-record path gives the default
         absent = writer.payloads([{**good, "o": {k: v for k, v in good.items() if k != "ds"}}])
         assert writer.writer.read_many(absent) is None
@@ -470,6 +492,19 @@ def test_a_null_within_an_object_is_taken_only_where_null_and_absence_are_the_sa
         assert writer.writer.read_many(required) is None
         with pytest.raises(Problem, match="o.n"):
             writer.one_by_one(required)
+
+
+def test_a_null_object_in_an_array_is_taken_only_where_the_items_allow_null():
+    good = {"i": 1, "n": 1.5, "b": True, "s": "x", "ts": "2024-05-27T15:19:55.691Z", "d": "2024-01-01",
+            "t": "00:00:00", "oi": 1, "rn": 0.5, "ds": "a", "dn": 3, "email": "e", "as": [], "an": [], "ats": [],
+            "ai": [1]}
+    for writer in (NESTED_OPEN, NESTED_CLOSED):
+        taken = same_or_refused(writer, writer.payloads([{**good, "o": good, "lo": [good], "lon": [None, good]}]))
+        assert taken is not None and taken.column("lon").to_pylist()[0][0] is None
+        refused = writer.payloads([{**good, "o": good, "lo": [None, good], "lon": []}])
+        assert writer.writer.read_many(refused) is None
+        with pytest.raises(Problem, match=r"lo\[\]"):
+            writer.one_by_one(refused)
 
 
 def test_an_object_closed_where_its_schema_is_open_has_no_batch_reader():
