@@ -23,7 +23,9 @@ key=value figures. Ratios are always against a baseline measured in the same run
               and object), and the first commit after the first START-COMMIT;
                                                                          goal <= 30 per commit, first commit <= 5 s
   upsert      a keyed changelog: lakesink write.mode=upsert against foreachBatch + MERGE, on a backlog (cold JVM)
-              and on a stream (warm);                                                 goal >= 1x cold, >= 2x warm
+              and on a stream (warm);                                                 goal >= 1x cold, >= 2x warm;
+              once as plain JSON values (step `upsert`) and once as Debezium events in plain JSON, each delete's
+              tombstone after it (step `upsert-debezium`, `--envelope debezium`): the same goals on each
   many-tables --tables topics into as many tables from one service against one topic of as many partitions into
               one table, the same records produced at the same total rate while each runs (`bench/many_tables.py
               --mode steady`): records/s committed;                                    goal within 20 % (>= 0.8x);
@@ -127,10 +129,12 @@ def steps(args: argparse.Namespace) -> list[Step]:
             "--latency-seconds", str(s.s3_latency_seconds), "--latency-warmup", str(min(20, s.s3_latency_seconds / 2)),
             "--latency-rate", str(s.visibility_rate))))
     if "upsert" in args.only:
-        out.append(Step("upsert", "upsert", "run.py", (
-            "--mode", "upsert", "--rows", str(s.upsert_rows), "--changes", str(s.upsert_changes),
-            "--stream-changes", str(s.upsert_changes), "--stream-rate", str(s.upsert_stream_rate),
-            "--contenders", "lakesink,baseline" if args.sss else "lakesink"), json=False))
+        for name, envelope in (("upsert", "none"), ("upsert-debezium", "debezium")):
+            out.append(Step(name, "upsert", "run.py", (
+                "--mode", "upsert", "--envelope", envelope, "--rows", str(s.upsert_rows), "--changes",
+                str(s.upsert_changes), "--stream-changes", str(s.upsert_changes), "--stream-rate",
+                str(s.upsert_stream_rate), "--contenders", "lakesink,baseline" if args.sss else "lakesink"),
+                json=False))
     if "many-tables" in args.only:
         out.append(Step("many-tables", "many-tables", "many_tables.py", (
             "--mode", "steady", "--tables", str(s.many_tables), "--rate", str(s.many_rate), "--seconds",
@@ -294,19 +298,26 @@ def s3_figures(run: dict | None) -> list[Figure]:
                    why=_failed("s3") if run is None else "no steady commits")]
 
 
-def upsert_figures(run: dict | None) -> list[Figure]:
-    line = _get(run, "last_line") or {}
+def _line_number(run: dict | None, key: str) -> float | None:
+    """A number of a step's last line; None where the line lacks it or says n/a."""
+    try:
+        return float((_get(run, "last_line") or {})[key])
+    except (KeyError, ValueError):
+        return None
 
-    def number(key: str) -> float | None:
-        try:
-            return float(line[key])
-        except (KeyError, ValueError):
-            return None
-    why = _failed("upsert") if run is None else "the baseline did not run (--no-sss: it needs Spark's Kafka source)"
-    return [Figure("upsert_warm_ratio", "warm (stream) x foreachBatch + MERGE", number("stream_ratio"), 2, why=why),
-            Figure("upsert_cold_ratio", "cold (backlog) x foreachBatch + MERGE", number("ratio"), 1, why=why),
-            Figure("upsert_debezium", "on a Debezium stream", None, why="the upsert mode reads plain-JSON keyed "
-                                                                        "changes only")]
+
+def upsert_figures(run: dict | None, debezium_run: dict | None) -> list[Figure]:
+    """The warm and cold ratios of the plain-JSON changelog (step `upsert`), then of the Debezium one
+    (`upsert-debezium`), each off its step's last line."""
+    out = []
+    for x, step, key, label in ((run, "upsert", "upsert", ""),
+                                (debezium_run, "upsert-debezium", "upsert_debezium", "Debezium events: ")):
+        why = _failed(step) if x is None else "the baseline did not run (--no-sss: it needs Spark's Kafka source)"
+        out += [Figure(f"{key}_warm_ratio", f"{label}warm (stream) x foreachBatch + MERGE",
+                       _line_number(x, "stream_ratio"), 2, why=why),
+                Figure(f"{key}_cold_ratio", f"{label}cold (backlog) x foreachBatch + MERGE", _line_number(x, "ratio"),
+                       1, why=why)]
+    return out
 
 
 def many_tables_figures(run: dict | None, tables: int) -> list[Figure]:
@@ -335,7 +346,7 @@ def goal_figures(runs: dict[str, dict | None], args: argparse.Namespace) -> dict
         "append": lambda: append_figures(runs.get("append"), "append", 0.9, 2.5, cores),
         "append-large": lambda: append_figures(runs.get("append-large"), "append-large", 1.0, None, cores),
         "s3": lambda: s3_figures(runs.get("s3")),
-        "upsert": lambda: upsert_figures(runs.get("upsert")),
+        "upsert": lambda: upsert_figures(runs.get("upsert"), runs.get("upsert-debezium")),
         "many-tables": lambda: many_tables_figures(runs.get("many-tables"), args.sizes.many_tables),
     }
     return {goal: build[goal]() for goal in GOALS if goal in args.only}
@@ -368,7 +379,8 @@ def titles(args: argparse.Namespace) -> dict[str, str]:
         "append": f"{s.append_records:,} records, warm rates",
         "append-large": f"{s.append_large_records:,} records, warm rates",
         "s3": f"local S3 server, {s.s3_records:,} records then a {s.s3_latency_seconds:.0f} s steady stream",
-        "upsert": f"{s.upsert_rows:,} rows, {s.upsert_changes:,} + {s.upsert_changes:,} changes",
+        "upsert": f"{s.upsert_rows:,} rows, {s.upsert_changes:,} + {s.upsert_changes:,} changes, as plain JSON values "
+                  f"and as Debezium events",
         "many-tables": f"{s.many_tables} topics -> {s.many_tables} tables against 1 table, {s.many_rate:,} rec/s in "
                        f"all for {s.many_seconds:.0f} s after {s.many_warmup:.0f} s, transaction.interval.ms=2000",
     }

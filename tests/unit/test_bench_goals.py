@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from bench.goals import (FULL, Figure, formats_figures, goal_figures, last_line, many_tables_figures, parse_args,
-                         report, steps, titles)
+                         report, steps, titles, upsert_figures)
 
 
 def test_a_figure_is_met_by_its_own_comparison_and_unmeasured_ones_are_neither():
@@ -78,3 +78,44 @@ def test_many_tables_judges_the_steady_ratio_and_reports_each_p99_without_a_goal
     assert backlog["many_tables_ratio"].value is None  # a backlog run's ratio is not the steady one
     failed = many_tables_figures(None, 40)
     assert all(f.value is None and "many-tables step failed" in f.why for f in failed)
+
+
+UPSERT_LINE = ("upsert lakesink_cps=21891 baseline_cps=27963 ratio={cold} lakesink_p50_ms=45700 baseline_p50_ms=35800 "
+               "check=lakesink:ok,baseline:ok lakesink_stream_cps=28730 baseline_stream_cps=23591 stream_ratio={warm} "
+               "lakesink_stream_p50_ms=21100 baseline_stream_p50_ms=29200 lakesink_stream_p99_ms=29900 "
+               "baseline_stream_p99_ms=39200 envelope={envelope}")
+
+
+def test_the_upsert_goal_runs_the_changelog_plain_and_as_debezium_events_at_the_same_sizes():
+    plain, debezium = steps(parse_args(["--only", "upsert"]))
+    assert (plain.name, plain.goal, debezium.name, debezium.goal) == ("upsert", "upsert", "upsert-debezium", "upsert")
+
+    def options(step):
+        return dict(zip(step.argv[::2], step.argv[1::2]))
+    assert options(plain)["--envelope"] == "none" and options(debezium)["--envelope"] == "debezium"
+    sizes = {k: v for k, v in options(plain).items() if k != "--envelope"}
+    assert sizes == {k: v for k, v in options(debezium).items() if k != "--envelope"}
+    assert sizes["--rows"] == "10000000" and sizes["--stream-rate"] == "50000"
+
+
+def test_the_upsert_figures_are_each_changelogs_ratios_and_a_failed_step_unmeasures_only_its_own():
+    plain = {"last_line": last_line(UPSERT_LINE.format(cold="0.783", warm="1.218", envelope="none"))}
+    debezium = {"last_line": last_line(UPSERT_LINE.format(cold="1.050", warm="n/a", envelope="debezium"))}
+    figures = {f.key: f for f in upsert_figures(plain, debezium)}
+    assert list(figures) == ["upsert_warm_ratio", "upsert_cold_ratio", "upsert_debezium_warm_ratio",
+                             "upsert_debezium_cold_ratio"]
+    assert figures["upsert_warm_ratio"].value == 1.218 and figures["upsert_warm_ratio"].met is False  # goal >= 2
+    assert figures["upsert_cold_ratio"].value == 0.783 and figures["upsert_cold_ratio"].met is False  # goal >= 1
+    assert figures["upsert_debezium_cold_ratio"].value == 1.05 and figures["upsert_debezium_cold_ratio"].met is True
+    unmeasured = figures["upsert_debezium_warm_ratio"]  # n/a: the baseline did not run
+    assert unmeasured.value is None and unmeasured.met is None and "--no-sss" in unmeasured.why
+    assert unmeasured.text().startswith("Debezium events: warm (stream) x foreachBatch + MERGE: not measured")
+    failed = {f.key: f for f in upsert_figures(plain, None)}
+    assert failed["upsert_warm_ratio"].value == 1.218
+    assert all(failed[k].value is None and "upsert-debezium step failed" in failed[k].why
+               for k in ("upsert_debezium_warm_ratio", "upsert_debezium_cold_ratio"))
+    args = parse_args(["--only", "upsert"])
+    pairs = last_line("\n".join(report(goal_figures({"upsert": plain, "upsert-debezium": debezium}, args),
+                                       titles(args))))
+    assert pairs["goals_met"] == "1/3" and pairs["upsert_debezium_warm_ratio"] == "n/a"
+    assert pairs["upsert_debezium_cold_ratio"] == "1.05"
