@@ -138,14 +138,7 @@ class JsonRows:
                     if reason := utf8_problem(value):
                         rejected[j if kept is None else kept[j]] = (INVALID_UTF8, reason)
                 continue
-            # One value, one row: with no raw newline in any value and every value starting with '{' and ending
-            # with '}', no value can continue the previous one ('{' may follow '}' only at the top level), so the
-            # row count alone shows whether some value held two objects.
-            if (
-                joined.count(b"\n") != len(lines) - 1
-                or not pc.all(pc.starts_with(array, "{")).as_py()
-                or not pc.all(pc.ends_with(array, "}")).as_py()
-            ):
+            if not _one_object_a_line(joined, len(lines), array):
                 lines, dropped = _single_lines(lines, array)
                 if dropped:
                     for j, reason in dropped.items():
@@ -309,8 +302,7 @@ class JsonRows:
         The reader parses a field of an object as it parses a whole line, so the rows are those `read` gives for the
         lines of `at`'s objects alone."""
         joined = b"\n".join(lines)
-        if len(joined) > _MAX_PARSE_BYTES or not screen(joined) or joined.count(b"\n") != len(lines) - 1 \
-                or not pc.all(pc.starts_with(array, "{")).as_py() or not pc.all(pc.ends_with(array, "}")).as_py():
+        if len(joined) > _MAX_PARSE_BYTES or not screen(joined) or not _one_object_a_line(joined, len(lines), array):
             return None
         try:
             joined.decode("utf-8")
@@ -535,6 +527,14 @@ def utf8_problem(value: bytes) -> str | None:
     except UnicodeDecodeError as error:
         return f"not valid UTF-8: byte {value[error.start]:#04x} at position {error.start}"
     return None
+
+
+def _one_object_a_line(joined: bytes, count: int, array: pa.Array) -> bool:
+    """Whether the `count` values `array` joined by newlines (`joined`) are one a line, each starting with '{' and
+    ending with '}'. Then no value can continue the previous one ('{' may follow '}' only at the top level), so the
+    reader's row count alone shows whether some value held two objects."""
+    return joined.count(b"\n") == count - 1 and pc.all(pc.starts_with(array, "{")).as_py() \
+        and pc.all(pc.ends_with(array, "}")).as_py()
 
 
 def _single_lines(lines: list[bytes], array: pa.Array) -> tuple[list[bytes], dict[int, tuple[str, str]]]:

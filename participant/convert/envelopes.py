@@ -238,7 +238,7 @@ class EnvelopeBatch:
         table = writer.read_many(payloads)
         if table is None:
             return None
-        plain = _upserts(table).to_pylist()
+        plain = upserts(table).to_pylist()
         left = [i for i, flag in zip(numbers, plain) if not flag]
         taken = [i for i, flag in zip(numbers, plain) if flag]
         if not taken:
@@ -276,7 +276,7 @@ class EnvelopeBatch:
         table = decoder.read_batch(joined, count)
         if table is None:
             return None
-        plain = _upserts(table)
+        plain = upserts(table)
         table = table.filter(plain)
         rows = pa.Table.from_struct_array(table.column("after").combine_chunks())
         if placeholder_codes(rows):
@@ -418,8 +418,9 @@ def _ints(array: pa.Array, field: str, path: str, column: str) -> list[Any]:
     return [event_int({field: v}, field, path, column) for v in values]
 
 
-def _upserts(table: pa.Table) -> pa.ChunkedArray:
-    """Which typed events are creates, updates or reads with an `after` (the rows the batch path stages)."""
+def upserts(table: pa.Table) -> pa.ChunkedArray:
+    """Which events of a table of them (an `op` column of strings, an `after` column) are creates, updates or reads
+    with an `after`: the rows a batch path stages."""
     return pc.and_(pc.fill_null(pc.is_in(table.column("op"), pa.array(UPSERT_OPS)), False),
                    table.column("after").is_valid())
 

@@ -27,14 +27,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.formats.debezium import UPSERT_OPS, Change
+from connector.formats.debezium import Change
 from connector.formats.problems import Problem
 from connector.formats.plain_json import JsonRows
 from connector.upsert import UpsertSpec
-from participant.convert.envelopes import event_changes, placeholder_codes, placeholder_free
+from participant.convert.envelopes import event_changes, placeholder_codes, placeholder_free, upserts
 from participant.convert.scope import Scope
 
-_UPSERT_OPS = pa.array(UPSERT_OPS, pa.string())
 _POSITION_TYPES = (pa.types.is_integer, pa.types.is_string, pa.types.is_null)
 """The kinds of `source` field the reader may give a position field as (the per-record path reads the event's own
 values; these are the values the reader does not retype)."""
@@ -69,9 +68,8 @@ class PlainEvents:
 
     def _changes(self, rows: pa.Table, events: pa.Table) -> list[Change] | None:
         """Each event's change, where the batch's `rows` and `events` are as the module's docstring asks."""
-        ops = events.column("op") if "op" in events.column_names else None
-        if ops is None or not pa.types.is_string(ops.type) or ops.null_count \
-                or not pc.all(pc.is_in(ops, _UPSERT_OPS)).as_py():
+        if "op" not in events.column_names or not pa.types.is_string(events.schema.field("op").type) \
+                or not pc.all(upserts(events)).as_py():
             return None
         after = events.schema.field("after").type
         if any(self._scope.reserved_name(field.name) for field in after) or placeholder_codes(rows):
