@@ -86,15 +86,17 @@ class DecoderCache:
             payload = payload.replace("\n", " ").replace("\r", " ")
         return decoder, payload.encode("utf-8", "surrogatepass")
 
-    def split_many(self, values: list[bytes], index: list[int], array: pa.Array | None = None
+    def split_many(self, values: list[bytes], index: list[int]
                    ) -> tuple[list[tuple[Decoder, list[int], list[bytes]]], dict[int, Problem]]:
         """`split` of the records `index` (ascending) of `values`, grouped: (decoder, record numbers, payloads) per
         decoder in the order of its first record, and the Problem of each record split refuses; the same groups,
-        payloads and problems as calling split record by record. `array`: `values` as an Arrow binary array.
+        payloads and problems as calling split record by record.
 
         The records of a batch mostly repeat one schema text: once a record shows the JSON converter's layout with a
         schema text that compiles, every later record that starts with the same `{"schema":S,"payload":` and ends
-        with `}` is matched in bulk (split would find the same S: S holds no `,"payload":` and ends with `}`)."""
+        with `}` is matched in one pass (split would find the same S: S holds no `,"payload":` and ends with `}`).
+        The pass compares bytes in Python: an Arrow array of the values would copy them all first, which for
+        records carrying their schema (kilobytes each) costs many times the comparisons."""
         groups: dict[int, tuple[Decoder, list[int], list[bytes]]] = {}
         problems: dict[int, Problem] = {}
         unsorted: set[int] = set()
@@ -126,15 +128,8 @@ class DecoderCache:
                 continue
             decoder, head = matched
             scans += 1
-            if array is None:
-                array = pa.array(values, pa.binary())
-            rest = array.slice(i)
-            mask = pc.and_(pc.starts_with(rest, head.decode("utf-8")), pc.ends_with(rest, "}")).fill_null(False)
-            if pc.all(mask).as_py():
-                numbers = list(range(i, len(values)))
-            else:
-                hits = pc.indices_nonzero(mask).cast(pa.int64())
-                numbers = [i + j for j in memoryview(hits.buffers()[1]).cast("q")[hits.offset:hits.offset + len(hits)]]
+            numbers = [j for j in range(i, len(values))
+                       if (other := values[j]) is not None and other.startswith(head) and other.endswith(b"}")]
             if placed or len(index) - position != len(values) - i:  # not every record from i on is to split
                 wanted = set(index[position:]) - placed
                 numbers = [j for j in numbers if j in wanted]
@@ -148,17 +143,12 @@ class DecoderCache:
         return list(groups.values()), problems
 
     def _layout(self, value: bytes) -> tuple[Decoder, bytes] | None:
-        """For a record in the JSON converter's layout whose schema text compiles (UTF-8, as Arrow's match kernels
-        take their pattern): its decoder and its bytes up to the payload, `{"schema":S,"payload":`; else None."""
+        """For a record in the JSON converter's layout whose schema text compiles: its decoder and its bytes up to the
+        payload, `{"schema":S,"payload":`; else None."""
         compact = self._compact(value)
         if compact is None or not isinstance(compact[0], Decoder):
             return None
-        head = value[:compact[1]]
-        try:
-            head.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        return compact[0], head
+        return compact[0], value[:compact[1]]
 
     def _compact(self, value: bytes) -> tuple[Decoder | Problem, int] | None:
         """For a record in the JSON converter's compact layout `{"schema":S,"payload":P}`: the decoder of S (or why S

@@ -103,12 +103,12 @@ class Changes:
         data, kept, cut = self._plain.read_plain(lines, pa.array(lines, pa.binary()), rejected)
         return Read(data, kept, cut, changes)
 
-    def read_typed(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
+    def read_typed(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array | None,
                    rejected: dict[int, tuple[str, str]]) -> Read:
         """Typed changes: each record's row typed by its schema (Kafka Connect's, or its writer schema); Debezium
         events a batch at a time where envelopes.py takes the batch."""
         if self.envelopes is not None:
-            batch = self.envelopes.read(keys, values, value_array, rejected) if self._scope.value_registry is None \
+            batch = self.envelopes.read(keys, values, rejected) if self._scope.value_registry is None \
                 else self.envelopes.read_registry(keys, values, rejected)
             if batch is not None:
                 self._carried, self._old_keys = [None] * len(values), {}

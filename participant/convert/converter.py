@@ -241,16 +241,22 @@ class Converter:
         """`kinds`: each record's timestamp type, None unless the headers' columns are on."""
         n = len(values)
         self._scope.topic, self._scope.headers_of = topic, headers_of
-        value_array = pa.array(values, pa.binary())
+        # the typed readers take no Arrow array of the values (values.py Reader): their lengths are counted here
+        value_array = None if self.typed else pa.array(values, pa.binary())
         key_array = pa.array(keys, pa.binary())
-        value_lengths = pc.binary_length(value_array).fill_null(0)
+        if value_array is None:
+            value_lengths = pa.array([0 if value is None else len(value) for value in values], pa.int64())
+            nulls = [i for i, value in enumerate(values) if value is None]
+        else:
+            value_lengths = pc.binary_length(value_array).fill_null(0)
+            nulls = true_indices(value_array.is_null()) if value_array.null_count else []
         bytes_in = pc.sum(value_lengths).as_py() or 0
         rejected: dict[int, tuple[str, str]] = {}
-        if value_array.null_count:
+        if nulls:
             why = "the value is null (a tombstone); a row needs a value"
             if self.upsert.mode == "upsert":
                 why += ": set delete.enabled=true to have a tombstone delete its key's row"
-            for i in true_indices(value_array.is_null()):
+            for i in nulls:
                 rejected[i] = (NULL_VALUE, why)
         sizes = pc.add(value_lengths, pc.binary_length(key_array).fill_null(0))
         if pc.max(sizes).as_py() > self.max_record_bytes:

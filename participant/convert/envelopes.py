@@ -141,12 +141,11 @@ class EnvelopeBatch:
         self.taken = 0
         """Batches read here (for tests and the profile)."""
 
-    def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
-             rejected: dict[int, tuple[str, str]]) -> Batch | None:
+    def read(self, keys: list[bytes | None], values: list[bytes | None], rejected: dict[int, tuple[str, str]]
+             ) -> Batch | None:
         """The typed parts (record numbers, rows) of the batch's creates, updates and reads, each record's change, and
         the records left to the per-record path (deletes, truncates, tombstones, bad events); None: all of them."""
-        return self._batch(keys, values, rejected, lambda index: self._scope.decoders.split_many(values, index,
-                                                                                                 value_array),
+        return self._batch(keys, values, rejected, lambda index: self._scope.decoders.split_many(values, index),
                            self._kafka_keys, self._json_group)
 
     def read_registry(self, keys: list[bytes | None], values: list[bytes | None],

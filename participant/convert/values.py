@@ -34,8 +34,10 @@ class Read(NamedTuple):
     changes: list[Change | None] | None = None
 
 
-Reader = Callable[[list[bytes | None], list[bytes | None], pa.Array, dict[int, tuple[str, str]]], Read]
-"""A value reader: (keys, values, the values as an Arrow array, rejected) -> Read."""
+Reader = Callable[[list[bytes | None], list[bytes | None], pa.Array | None, dict[int, tuple[str, str]]], Read]
+"""A value reader: (keys, values, the values as an Arrow array, rejected) -> Read. The typed readers (Connect
+schemas, a schema registry) are given no array (None): they split or frame the values themselves, and an array of
+records that carry their schema would copy kilobytes a record for nothing."""
 
 
 class PlainJson:
@@ -189,17 +191,16 @@ class ConnectValues:
         self._decoders = scope.decoders
         self._fit_parts = typed.fit_parts
 
-    def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
+    def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array | None,
              rejected: dict[int, tuple[str, str]]) -> Read:
-        return Read(*self._typed(values, rejected, value_array))
+        return Read(*self._typed(values, rejected))
 
     def _typed(
-        self, values: list[bytes | None], rejected: dict[int, tuple[str, str]], value_array: pa.Array | None = None
+        self, values: list[bytes | None], rejected: dict[int, tuple[str, str]]
     ) -> tuple[pa.Table | None, list[int] | None]:
         """Rows of the records not in `rejected`, each typed by its Connect schema: the payloads of each distinct
         schema decoded in one batch (record by record only for a batch the reader refuses)."""
-        split, problems = self._decoders.split_many(values, [i for i in range(len(values)) if i not in rejected],
-                                                    value_array)
+        split, problems = self._decoders.split_many(values, [i for i in range(len(values)) if i not in rejected])
         for i, problem in problems.items():
             rejected[i] = (problem.error_class, problem.message)
         groups = []
@@ -246,7 +247,7 @@ class RegistryValues:
         self._scope = scope
         self._fit_parts = typed.fit_parts
 
-    def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array,
+    def read(self, keys: list[bytes | None], values: list[bytes | None], value_array: pa.Array | None,
              rejected: dict[int, tuple[str, str]]) -> Read:
         return Read(*self._registry_typed(values, rejected))
 

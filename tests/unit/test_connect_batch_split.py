@@ -50,7 +50,7 @@ def one_by_one(values: list, index: list[int]) -> tuple[list, dict]:
 
 
 def in_bulk(values: list, index: list[int]) -> tuple[list, dict]:
-    groups, problems = DecoderCache().split_many(values, index, pa.array(values, pa.binary()))
+    groups, problems = DecoderCache().split_many(values, index)
     return ([(d.arrow_type, n, p) for d, n, p in groups],
             {i: (problem.error_class, problem.message) for i, problem in problems.items()})
 
