@@ -93,19 +93,20 @@ def test_append_mode(kafka_bootstrap, tmp_path):
     assert set(APPEND_PHASES.split(",")) <= figures["results"].keys() and not figures["results"]["errors"]
 
 
-def test_upsert_mode(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("envelope", ["none", "debezium"])
+def test_upsert_mode(kafka_bootstrap, tmp_path, envelope):
     # lakesink alone: the baseline's Spark Kafka source needs spark-sql-kafka, which `lakesink deps` does not fetch
     report = tmp_path / "upsert.json"
-    lines = run_bench(tmp_path, "run.py", "--bootstrap", kafka_bootstrap, "--mode", "upsert", "--contenders",
-                      "lakesink", "--rows", 100, "--table-files", 1, "--changes", 50, "--stream-changes", 20,
-                      "--stream-rate", 100, "--partitions", 2, "--txn-interval-ms", 1000, "--driver-memory", "1g",
-                      "--phase-timeout", PHASE_TIMEOUT_S, "--json", report)
+    lines = run_bench(tmp_path, "run.py", "--bootstrap", kafka_bootstrap, "--mode", "upsert", "--envelope", envelope,
+                      "--contenders", "lakesink", "--rows", 100, "--table-files", 1, "--changes", 50,
+                      "--stream-changes", 20, "--stream-rate", 100, "--partitions", 2, "--txn-interval-ms", 1000,
+                      "--driver-memory", "1g", "--phase-timeout", PHASE_TIMEOUT_S, "--json", report)
     values = last_line(lines, {"lakesink_cps", "baseline_cps", "ratio", "lakesink_p50_ms", "baseline_p50_ms", "check",
                                "lakesink_stream_cps", "baseline_stream_cps", "stream_ratio",
                                "lakesink_stream_p50_ms", "baseline_stream_p50_ms", "lakesink_stream_p99_ms",
-                               "baseline_stream_p99_ms"},
+                               "baseline_stream_p99_ms", "envelope"},
                        numbers={"lakesink_cps", "lakesink_stream_cps"}, prefix="upsert ")
-    assert values["check"] == "lakesink:ok"
+    assert values["check"] == "lakesink:ok" and values["envelope"] == envelope
     figures = read_json(report, {"args", "results", "kinds", "stream_kinds", "produced"})
     assert {"seed", "lakesink", "check"} <= figures["results"].keys() and not figures["results"]["errors"]
 
