@@ -151,7 +151,7 @@ class ConnectWriter:
     def __call__(self, row: dict[str, Any] | None, lsn: int = 1, op: str = "c",
                  before: dict[str, Any] | None = None) -> bytes:
         payload = "null" if row is None else "{" + ",".join(
-            key + write(row[name]) for key, write, name in self._fields) + "}"
+            key + ("null" if (value := row[name]) is None else write(value)) for key, write, name in self._fields) + "}"
         if self._debezium:
             if op not in _OPS or (row is None) != (op == "d") or (before is not None and op == "c"):
                 raise ValueError(f"op {op!r}: c (after a row), u (after a row) or d (after None), before None for c")
