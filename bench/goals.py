@@ -1,6 +1,6 @@
 """Every goal of the performance work in one run: `make bench`.
 
-    make bench                                          # every goal at full size (about 25 minutes on 2 cores)
+    make bench                                          # every goal at full size (about 50 minutes on 2 cores)
     make bench BENCH_ARGS="--quick"                     # every goal at development sizes: the path works, no more
     make bench BENCH_ARGS="--only formats,visibility"   # some of the goals
 
