@@ -75,17 +75,6 @@ FENCED_AGAIN_S = 120.0
 holds the same worker.id (each new consumer fences the other's), and the worker stops with a SetupError."""
 AHEAD_MAX_RECORDS = 20_000
 """The most records a partition reads ahead for its next txn (PartitionRunner.ahead)."""
-LINGER_S = 0.5
-"""How long the records of consume calls that return less than a full batch may wait to be handed to their
-partitions' converters together. Each hand-over converts each partition's records as one batch, whose fixed cost
-(about 1.5 ms, pyarrow's JSON reader alone 0.3-0.4 ms a call) outweighs its records' at low rates: a worker of a
-table among many read a handful of records a partition every 50 ms (docs/performance.md, "Many tables"). Records
-wait only while nothing else happens: they are handed over before the worker handles a control message, retries a
-seek or a report, looks for topics, replaces its consumer or meets a rebalance, so each partition takes what it
-took when every consume call's records were handed over at once. The BUFFERED reports that end a txn at
-commit.max.records or commit.max.bytes count the records handed over, so with commit.max.records set records never
-wait, and they wait only while their values hold less than the step in which those reports grow (1/64 of
-commit.max.bytes): a txn still overshoots a limit by about one consume batch per worker."""
 
 
 class Worker:
@@ -109,9 +98,6 @@ class Worker:
         self._consumer: Consumer | None = None
         self._kafka: KafkaClients | None = None
         self._cut_off = CutOffWatch(self.clock, CUT_OFF_AFTER_S, every_s=20.0)
-        self._fetched: list = []  # records consume calls returned, not handed over yet (LINGER_S)
-        self._fetched_since = 0.0  # monotonic time of the first of them
-        self._fetched_bytes = 0  # their values' bytes
         self._fenced_at: float | None = None  # when a consumer librdkafka declared fatal was last replaced
         self._dlq: DeadLetterProducer | None = None
         # its collaborators see the id, the channel, the consumer and the dead-letter producer once open() sets them
@@ -169,8 +155,8 @@ class Worker:
             log.info("kafka.topic.regex %r matches %s", cfg.kafka_topic_regex, ", ".join(topics) or "no topic yet")
         self._subscribed = topics
         if topics:
-            self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_revoke)
+            self._consumer.subscribe(topics, on_assign=self.assignments.on_assign,
+                                     on_revoke=self.assignments.on_revoke, on_lost=self.assignments.on_revoke)
         else:
             self._consumer.unsubscribe()
 
@@ -189,14 +175,6 @@ class Worker:
             "enable.partition.eof": False,
             "fetch.wait.max.ms": 100,
         }))
-
-    def _on_assign(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
-        self._hand_over()  # the records fetched before the rebalance, as they would have been
-        self.assignments.on_assign(consumer, partitions)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaTP]) -> None:
-        self._hand_over()
-        self.assignments.on_revoke(consumer, partitions)
 
     def _replace_consumer(self) -> None:
         """A group consumer that has held no partition for CUT_OFF_AFTER_S and lost every broker for good
@@ -265,17 +243,12 @@ class Worker:
         run_until_stopped(self, stop)
 
     def step(self, control_timeout_s: float = 0.0, consume_timeout_s: float = 0.05) -> None:
-        """One round: control messages first (they may pause or seek), then one batch of records (handed over to
-        the partitions now, or with later ones: LINGER_S)."""
+        """One round: control messages first (they may pause or seek), then one batch of records."""
         channel_stats = dict(self._channel.stats)
-        messages = self._channel.poll(control_timeout_s)
-        if messages or any(r.pending_seek is not NO_SEEK or r.staged is not None for r in self.runners.values()):
-            self._hand_over()
-        for msg in messages:
+        for msg in self._channel.poll(control_timeout_s):
             self._on_control(msg)
         self.metrics.count_ignored("worker", channel_stats, self._channel.stats, CHANNEL_IGNORE_REASONS)
         if self._topics_due is not None and self._topics_due.expired():
-            self._hand_over()
             try:
                 self._subscribe()
             except KafkaException as exc:  # the broker did not answer: the same topics until the next look
@@ -285,7 +258,6 @@ class Worker:
         self._consume(consume_timeout_s)
         if self._cut_off.ask(not self.runners and bool(self._subscribed),
                              lambda: cut_off(self._consumer, self._kafka, self._subscribed[0])):
-            self._hand_over()
             self._replace_consumer()
         self.backlog.report(self.assignments.latest_start, self.runners)
         self.assignments.announce()
@@ -453,24 +425,6 @@ class Worker:
             # a txn can overshoot commit.max.records by what one worker reads before the coordinator's END: a batch
             size = min(size, max(MIN_SIZED_BATCH, self.cfg.commit_max_records // 8))
         batch = self._consumer.consume(size, timeout=timeout_s)
-        if batch:
-            if not self._fetched:
-                self._fetched_since, self._fetched_bytes = self.clock.monotonic(), 0
-            self._fetched.extend(batch)
-        if not self._fetched:
-            return
-        max_bytes = self.cfg.commit_max_bytes
-        if len(batch) < size and len(self._fetched) < size and not self.cfg.commit_max_records \
-                and all(m.error() is None for m in batch) \
-                and self.clock.monotonic() - self._fetched_since < LINGER_S:
-            self._fetched_bytes += sum(len(m.value() or b"") for m in batch)
-            if not max_bytes or self._fetched_bytes < max_bytes // 64:
-                return  # more may come: handed over with the next ones (LINGER_S)
-        self._hand_over()
-
-    def _hand_over(self) -> None:
-        """The records fetched so far to their partitions, grouped by partition (one conversion each)."""
-        batch, self._fetched = self._fetched, []
         if not batch:
             return
         grouped: dict[tuple[str, int], list] = defaultdict(list)
