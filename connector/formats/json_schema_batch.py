@@ -36,8 +36,8 @@ its properties checked and converted as a top-level one is; a property null wher
 where null and absence are the same for it, which is how Debezium's `after` and `before` are read), or an array of
 such objects (a list of structs, each object read as an object property is; a null item only where the items'
 schema allows null). Every object within is closed (additionalProperties false) where the schema is, or open where
-it is: the reader has one rule for unexpected fields at every depth. The table is the one the per-record path builds (`decoder.rows` of each record's
-`to_value`), value for value and type for type.
+it is: the reader has one rule for unexpected fields at every depth. The table is the one the per-record path builds
+(`decoder.rows` of each record's `to_value`), value for value and type for type.
 """
 from __future__ import annotations
 
@@ -253,10 +253,7 @@ def _convert(f: Field, arrow_type: pa.DataType) -> Convert:
         return _CONVERTS[kind]
     nullable = items[1]
     if items[0] == OBJECT:
-        objects = _object(f.children, arrow_type.value_type)
-
-        def convert_item(values: pa.Array, joined: bytes) -> pa.Array | None:
-            return objects(values, joined)
+        convert_item = _object(f.children, arrow_type.value_type)
     else:
         scalar = _CONVERTS[items[0]]
 
