@@ -196,14 +196,23 @@ class Upkeep:
     def committed(self, files_added: int) -> None:
         self._files_since_look += files_added
 
+    def _compaction_due(self) -> bool:
+        """Whether the files committed since the last look could have brought some partition to
+        `compaction.min.files`: the most small files a partition held at that look, plus every file since (they may
+        all have gone to it). Counting from zero instead would let a table of P evenly written partitions hold
+        nearly 2 x min.files small files a partition before a look saw any of them due."""
+        if not self.settings.compaction:
+            return False
+        seen = max(self.stats.small_by_partition.values(), default=0) if self.stats is not None else 0
+        return self._files_since_look >= max(1, self.settings.min_files - seen)
+
     def due(self) -> bool:
-        compaction = self.settings.compaction and self._files_since_look >= self.settings.min_files
-        return compaction or (self.settings.vacuum and self._clock.monotonic() >= self._vacuum_due)
+        return self._compaction_due() or (self.settings.vacuum and self._clock.monotonic() >= self._vacuum_due)
 
     def run(self, partition_columns: tuple[str, ...]) -> None:
         """Compact the partitions whose small files reached `compaction.min.files`, then VACUUM when its interval
         is over. Failures are logged: the next round tries again."""
-        if self.settings.compaction and self._files_since_look >= self.settings.min_files:
+        if self._compaction_due():
             self._files_since_look = 0
             try:
                 self._compact(partition_columns)

@@ -72,6 +72,27 @@ def test_upkeep_is_due_after_min_files_commits_and_vacuum_after_its_interval():
     assert not quiet.due()
 
 
+def test_the_next_look_is_due_once_the_files_since_could_bring_the_fullest_partition_to_min_files(tmp_path):
+    """Two partitions written evenly: a look after 5 files sees 3 and 2 small files, none due; the next look is due
+    after 2 more files (3 + 2 = 5 could all be in the fuller partition), not after 5 more, when both would hold 5."""
+    from deltalake import DeltaTable
+
+    _table(tmp_path / "t", 3, "eu")
+    _table(tmp_path / "t", 2, "us")
+    settings = UpkeepSettings.from_config(config_from_dict({**BASE, "compaction.min.files": "5"}, env={}))
+    upkeep = Upkeep(settings, str(tmp_path / "t"), lambda: DeltaTable(str(tmp_path / "t")), lambda: None,
+                    lambda path: None)
+    upkeep.committed(5)
+    assert upkeep.due()
+    upkeep.run(("region",))  # the look: no partition holds 5, so nothing asks for Spark
+    assert upkeep.stats.small_by_partition == {(("region", "eu"),): 3, (("region", "us"),): 2}
+    assert upkeep.last_compaction is None
+    upkeep.committed(1)
+    assert not upkeep.due()
+    upkeep.committed(1)
+    assert upkeep.due()
+
+
 @pytest.mark.parametrize("extra, problem", [
     ({"vacuum.enabled": "true", "vacuum.retention.hours": "24"}, "vacuum.retention.hours=24 is below Delta's"),
     ({"vacuum.enabled": "true", "vacuum.retention.hours": "1", "vacuum.retention.check.enabled": "false",
