@@ -84,6 +84,8 @@ from testkit import LakesinkProcess, create_topic, pipeline_config  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODES = ("backlog", "steady")
+ERRORS_SHOWN = 5
+"""ERROR or CRITICAL lines of a layout's log printed with its figures."""
 WARM_COMMITS = 2
 """Steady mode's warm-up lasts until every table has this many data commits visible (then --warmup more seconds):
 the first creates the table, and the two hold what was produced while lakesink's Spark session started."""
@@ -310,6 +312,8 @@ class Result:
     stop_s: float = 0.0
     exit_code: int | None = None
     log_levels: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    """The first ERROR or CRITICAL lines of its log (the log goes with the work directory unless --keep)."""
     steady: Steady | None = None
 
     @property
@@ -450,6 +454,7 @@ def _figures(work: Path, result: Result, run: Running, expected: dict[str, int])
     _process_figures(result, run)
     logged = Path(run.proc.log_path).read_text(errors="replace")
     result.log_levels = Counter(m.group(1) for m in re.finditer(r" (WARNING|ERROR|CRITICAL) ", logged))
+    result.errors = [line[:300] for line in logged.splitlines() if re.search(r" (ERROR|CRITICAL) ", line)][:ERRORS_SHOWN]
     _check_exactly_once(work, result.layout, run.logs, expected)
 
 
@@ -531,6 +536,7 @@ def _end_lines(r: Result) -> list[str]:
         + ", ".join(f"{name} {n}" for name, n in r.thread_names.most_common()),
         f"    stopped (SIGTERM) in {r.stop_s:.1f} s, exit {r.exit_code}; log: "
         + (", ".join(f"{n} {level}" for level, n in sorted(r.log_levels.items())) or "no WARNING or ERROR"),
+        *(f"      {line}" for line in r.errors),
     ]
 
 

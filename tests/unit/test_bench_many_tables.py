@@ -67,3 +67,14 @@ def test_latencies_are_each_versions_visible_time_less_each_records_ts_from_the_
     pq.write_table(pa.table({"ts": [4000]}), tmp_path / "c.parquet")
     versions = [Version(0, 3.5, 4, ["a.parquet", "part%3Dx%20y/b.parquet"]), Version(1, 4.25, 1, ["c.parquet"])]
     assert sorted(latencies_ms(tmp_path, versions, since_ms=2000)) == [250.0, 500.0, 1000.0, 1500.0]
+
+
+def test_a_layouts_report_ends_with_the_first_error_lines_of_its_log():
+    from bench.many_tables import Result, _end_lines
+
+    result = Result(_layout(2, 1), 0.0, log_levels=Counter({"ERROR": 2, "WARNING": 1}),
+                    errors=["12:00:01 ERROR coordinator: a", "12:00:02 ERROR worker: b"])
+    lines = _end_lines(result)
+    assert "1 WARNING" in lines[1] and "2 ERROR" in lines[1]
+    assert [line.strip() for line in lines[2:]] == result.errors
+    assert len(_end_lines(Result(_layout(2, 1), 0.0))) == 2
