@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from bench.goals import (FULL, Figure, formats_figures, goal_figures, last_line, many_tables_figures, parse_args,
+from bench.goals import (FULL, Figure, formats_figures, goal_figures, last_line, many_tables_figures, parse_args, step_argv,
                          report, steps, titles, upsert_figures)
 
 
@@ -134,3 +134,11 @@ def test_the_upsert_figures_are_each_changelogs_ratios_and_a_failed_step_unmeasu
                                        titles(args))))
     assert pairs["goals_met"] == "1/3" and pairs["upsert_debezium_warm_ratio"] == "n/a"
     assert pairs["upsert_debezium_cold_ratio"] == "1.05"
+
+
+def test_the_many_tables_step_runs_on_a_broker_of_its_own_unless_one_is_given():
+    plan = {step.name: step for step in steps(parse_args([]))}
+    assert [name for name, step in plan.items() if step.own_broker] == ["many-tables"]
+    assert "--bootstrap" not in step_argv(plan["many-tables"], "127.0.0.1:9092", given=False)
+    assert step_argv(plan["many-tables"], "127.0.0.1:9092", given=True)[2:4] == ["--bootstrap", "127.0.0.1:9092"]
+    assert step_argv(plan["append"], "127.0.0.1:9092", given=False)[2:4] == ["--bootstrap", "127.0.0.1:9092"]
