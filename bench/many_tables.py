@@ -452,10 +452,25 @@ def _figures(work: Path, result: Result, run: Running, expected: dict[str, int])
     result.commits = {result.layout.tables[topic]: len(v) for topic, v in versions.items()}
     _control_figures(result, run.control.messages)
     _process_figures(result, run)
-    logged = Path(run.proc.log_path).read_text(errors="replace")
-    result.log_levels = Counter(m.group(1) for m in re.finditer(r" (WARNING|ERROR|CRITICAL) ", logged))
-    result.errors = [line[:300] for line in logged.splitlines() if re.search(r" (ERROR|CRITICAL) ", line)][:ERRORS_SHOWN]
+    result.log_levels, result.errors = log_levels(Path(run.proc.log_path).read_text(errors="replace"))
     _check_exactly_once(work, result.layout, run.logs, expected)
+
+
+_LEVEL = re.compile(r"\S+ \S+ (WARNING|ERROR|CRITICAL) ")
+"""A line of lakesink's text log (or Spark's) at WARNING or above: its level is the word after the date and time."""
+
+
+def log_levels(logged: str) -> tuple[Counter[str], list[str]]:
+    """How many lines of a log each level at WARNING or above has, and the first ERRORS_SHOWN ERROR/CRITICAL lines."""
+    levels: Counter[str] = Counter()
+    errors: list[str] = []
+    for line in logged.splitlines():
+        if (m := _LEVEL.match(line)) is None:
+            continue
+        levels[m.group(1)] += 1
+        if m.group(1) != "WARNING" and len(errors) < ERRORS_SHOWN:
+            errors.append(line[:300])
+    return levels, errors
 
 
 def _control_figures(result: Result, messages: list) -> None:

@@ -78,3 +78,26 @@ def test_a_layouts_report_ends_with_the_first_error_lines_of_its_log():
     assert "1 WARNING" in lines[1] and "2 ERROR" in lines[1]
     assert [line.strip() for line in lines[2:]] == result.errors
     assert len(_end_lines(Result(_layout(2, 1), 0.0))) == 2
+
+
+def test_a_logs_levels_are_counted_by_line_and_its_first_errors_kept_from_lakesinks_own_log_lines():
+    import io
+    import logging
+
+    from bench.many_tables import ERRORS_SHOWN, log_levels
+    from connector.observe.logs import setup_logging
+
+    out = io.StringIO()
+    handler = setup_logging("INFO", "text", "bench", stream=out)
+    try:
+        logger = logging.getLogger("bench.test")
+        logger.info("an INFO line that names ERROR and WARNING in its text")
+        logger.warning("a WARNING")
+        for n in range(ERRORS_SHOWN + 1):
+            logger.error("error %d", n)
+        logger.critical("the end")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    levels, errors = log_levels(out.getvalue() + "26/11/30 19:48:18 WARN Utils: Spark's own level names\n")
+    assert levels == Counter({"WARNING": 1, "ERROR": ERRORS_SHOWN + 1, "CRITICAL": 1})
+    assert [line.rsplit(" ", 1)[-1] for line in errors] == [str(n) for n in range(ERRORS_SHOWN)]
