@@ -104,9 +104,10 @@ class Step:
     argv: tuple[str, ...]
     json: bool = True
     own_broker: bool = False
-    """Runs on a broker of its own (unless --bootstrap names one): the many-tables step comes last, when the shared
-    broker holds every earlier step's topics (20 M records among them); in one run that broker left the step's
-    first produce requests unanswered for 60 s and the step failed."""
+    """Runs on a broker it starts itself, not the run's: the plan gives the many-tables step its own unless
+    --bootstrap names a broker. That step comes last, when the shared broker holds every earlier step's topics
+    (20 M records among them); in one run that broker left the step's first produce requests unanswered for 60 s
+    and the step failed."""
 
 
 def steps(args: argparse.Namespace) -> list[Step]:
@@ -148,7 +149,7 @@ def steps(args: argparse.Namespace) -> list[Step]:
     if "many-tables" in args.only:
         out.append(Step("many-tables", "many-tables", "many_tables.py", (
             "--mode", "steady", "--tables", str(s.many_tables), "--rate", str(s.many_rate), "--seconds",
-            str(s.many_seconds), "--warmup", str(s.many_warmup)), json=False, own_broker=True))
+            str(s.many_seconds), "--warmup", str(s.many_warmup)), json=False, own_broker=not args.bootstrap))
     return out
 
 
@@ -158,18 +159,16 @@ def last_line(text: str) -> dict[str, str]:
     return dict(token.split("=", 1) for token in line.split() if "=" in token)
 
 
-def step_argv(step: Step, bootstrap: str, given: bool) -> list[str]:
-    """The step's command line: on the run's broker `bootstrap`, or on a broker the step starts itself
-    (`own_broker`, unless the broker was `given` with --bootstrap)."""
-    shared = ["--bootstrap", bootstrap] if given or not step.own_broker else []
+def step_argv(step: Step, bootstrap: str) -> list[str]:
+    """The step's command line: on the run's broker `bootstrap`, or on a broker the step starts itself."""
+    shared = [] if step.own_broker else ["--bootstrap", bootstrap]
     return [sys.executable, str(ROOT / "bench" / step.script), *shared, *step.argv]
 
 
-def run_step(step: Step, bootstrap: str, out: Path, timeout_s: float, number: str, given: bool = False
-             ) -> dict | None:
+def run_step(step: Step, bootstrap: str, out: Path, timeout_s: float, number: str) -> dict | None:
     """Run one step in its own session, its output in out/<name>.log; its figures, or None when it failed."""
     log, report = out / f"{step.name}.log", out / f"{step.name}.json"
-    argv = step_argv(step, bootstrap, given)
+    argv = step_argv(step, bootstrap)
     if step.json:
         argv += ["--json", str(report)]
     print(f"[{number}] {step.name}: bench/{step.script} {' '.join(step.argv)} (log {log}) ...", flush=True)
@@ -450,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             broker = start_broker(broker_dir / "kafka")
             bootstrap = broker.bootstrap
         plan = steps(args)
-        runs = {step.name: run_step(step, bootstrap, out, args.step_timeout, f"{i}/{len(plan)}", bool(args.bootstrap))
+        runs = {step.name: run_step(step, bootstrap, out, args.step_timeout, f"{i}/{len(plan)}")
                 for i, step in enumerate(plan, 1)}
         goals = goal_figures(runs, args)
         lines = report(goals, titles(args))

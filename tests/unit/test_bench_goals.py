@@ -139,6 +139,8 @@ def test_the_upsert_figures_are_each_changelogs_ratios_and_a_failed_step_unmeasu
 def test_the_many_tables_step_runs_on_a_broker_of_its_own_unless_one_is_given():
     plan = {step.name: step for step in steps(parse_args([]))}
     assert [name for name, step in plan.items() if step.own_broker] == ["many-tables"]
-    assert "--bootstrap" not in step_argv(plan["many-tables"], "127.0.0.1:9092", given=False)
-    assert step_argv(plan["many-tables"], "127.0.0.1:9092", given=True)[2:4] == ["--bootstrap", "127.0.0.1:9092"]
-    assert step_argv(plan["append"], "127.0.0.1:9092", given=False)[2:4] == ["--bootstrap", "127.0.0.1:9092"]
+    assert "--bootstrap" not in step_argv(plan["many-tables"], "127.0.0.1:9092")
+    assert step_argv(plan["append"], "127.0.0.1:9092")[2:4] == ["--bootstrap", "127.0.0.1:9092"]
+    given = {step.name: step for step in steps(parse_args(["--bootstrap", "127.0.0.1:9092"]))}
+    assert not any(step.own_broker for step in given.values())
+    assert step_argv(given["many-tables"], "127.0.0.1:9092")[2:4] == ["--bootstrap", "127.0.0.1:9092"]
