@@ -1,7 +1,8 @@
 """A round never waits for the dead: a worker that misses a START, a restart after SIGKILL, a worker added and
-removed. Each measures how long the round or the first commit took, prints it, and ends with the exactly-once
-audit. The bounds sit far below what the old behaviour cost (coordinator.writestatus.timeout.ms, or a dead
-member's consumer-group session), so they prove the mechanism without timing the machine."""
+removed. Each measures how long the round took or how soon a restarted worker held its partitions, prints it, and
+ends with the exactly-once audit. The bounds sit far below what the old behaviour cost
+(coordinator.writestatus.timeout.ms, or a dead member's consumer-group session), so they prove the mechanism without
+timing the machine."""
 from __future__ import annotations
 
 import os
@@ -54,27 +55,36 @@ def test_a_worker_whose_control_channel_opens_late_still_completes_the_first_rou
     c.verify()
 
 
-def test_run_restarted_after_sigkill_commits_again_without_waiting_for_the_dead_member(
+def test_run_restarted_after_sigkill_takes_its_partitions_back_without_waiting_for_the_dead_member(
         kafka_bootstrap, make_topic, tmp_path, cluster_of, report):
     """Static membership: the restarted worker is the member it was, so it gets its partitions back at once instead
-    of after the dead member's session (45 s here, to make the difference plain)."""
+    of after the dead member's session (45 s here, to make the difference plain). What is timed is the worker's
+    announcement of its partitions on the control topic: the first commit after a restart waits for Spark as well
+    (46 s on a loaded machine, the worker holding its partitions 1.3 s after the start), which times the machine."""
+    session_s = 45
     topic = make_topic(partitions=4)
-    config = chaos_config(tmp_path, kafka_bootstrap, topic, **{
+    name = f"restart-{int(time.time())}"
+    config = chaos_config(tmp_path, kafka_bootstrap, topic, name=name, **{
         "transaction.interval.ms": 2000, "coordinator.writestatus.timeout.ms": TIMEOUT_MS,
-        "consumer.session.timeout.ms": 45000, "consumer.heartbeat.interval.ms": 3000})
+        "consumer.session.timeout.ms": session_s * 1000, "consumer.heartbeat.interval.ms": 3000})
     c = cluster_of(config)
     stream = c.stream(kafka_bootstrap, topic, partitions=4, rate=200)
     first = c.start("run")
     c.wait_rows_above(0, (first,), what="a first commit")
     first.kill()
     rows = c.rows()
-    restarted_at = time.monotonic()
+    restarted_at = time.time()
     second = c.start("run")
-    c.wait_rows_above(rows, (second,), timeout_s=60, what="a commit of the restarted run")
-    took = time.monotonic() - restarted_at
-    report(f"lakesink run restarted after SIGKILL: first commit {took:.1f} s after the start "
-          f"(consumer session of the dead member: 45 s)")
-    assert took < 30, f"the restarted run took {took:.1f} s to commit: it waited for the dead member's session"
+    assigned = wait_until(lambda: c.assert_alive(second) or next(
+        (m for m in control(c, kafka_bootstrap, name) if isinstance(m, Assignment) and m.sent_at > restarted_at
+         and m.partitions), None), 60, "the restarted worker to announce its partitions")
+    took = assigned.sent_at - restarted_at
+    report(f"lakesink run restarted after SIGKILL: its worker held {len(assigned.partitions)} partitions {took:.1f} s "
+          f"after the start (consumer session of the dead member: {session_s} s)")
+    assert took < session_s / 2, f"the restarted worker took {took:.1f} s to get its partitions back: it waited for " \
+                                 "the dead member's session"
+    assert sorted(assigned.partitions) == [(topic, p) for p in range(4)], assigned
+    c.wait_rows_above(rows, (second,), what="a commit of the restarted run")
     stream.stop()
     c.drain(expected_ranges(topic, stream.join()), (second,))
     c.verify()
