@@ -377,6 +377,24 @@ def delta_rs_rows(store) -> int | None:
     return pc.sum(pa.table(adds).column("num_records")).as_py()
 
 
+def topic_records(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """Topic -> how many records it holds (high less low watermark of each partition): what a sink of it must hold
+    when nothing was deleted or compacted away."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        held = {}
+        metadata = consumer.list_topics(timeout=30).topics
+        for topic in topics:
+            marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                     for p in metadata[topic].partitions]
+            held[topic] = sum(high - low for low, high in marks)
+        return held
+    finally:
+        consumer.close()
+
+
 class ControlTail:
     """Every message of the control topic, decoded, from the beginning (the protocol timeline)."""
 
@@ -523,7 +541,12 @@ def fast_producer(bootstrap: str, linger_ms: int = 50, config: dict | None = Non
 class PacedProducer:
     """`rate` records/s for `seconds` or until `limit` records are out, in a background thread, in 5 ms chunks.
     Record i of a chunk produced at ts_ms is `record(i, ts_ms)`: (value, key, partition), to `topic`, or with a list
-    of topics to topics[i % len(topics)]. `config` goes to fast_producer; stop() ends it early."""
+    of topics to topics[i % len(topics)]. `config` goes to fast_producer; stop() ends it early.
+
+    Idempotent: the topics then hold each record once even when a request times out and is sent again. Without it,
+    a broker that answered nothing for 60 s in a many-tables run had appended some of the requests it left
+    unanswered, their retries appended them again, and two tables held one row more than was produced: lakesink's
+    exactly-once check failed on the producer's duplicates."""
 
     def __init__(self, bootstrap: str, topic: str | list[str], rate: int, record, seconds: float = float("inf"),
                  limit: int | None = None, config: dict | None = None):
@@ -541,7 +564,8 @@ class PacedProducer:
         topics = [topic] if isinstance(topic, str) else topic
         limit = float("inf") if limit is None else limit
         try:
-            producer = fast_producer(bootstrap, linger_ms=5, config=config)
+            producer = fast_producer(bootstrap, linger_ms=5, config={"enable.idempotence": True, "acks": "all",
+                                                                     **(config or {})})
             self.started = time.time()
             end = self.started + seconds
             while self.produced < limit and not self._stopping.is_set():
