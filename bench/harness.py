@@ -377,24 +377,6 @@ def delta_rs_rows(store) -> int | None:
     return pc.sum(pa.table(adds).column("num_records")).as_py()
 
 
-def topic_records(bootstrap: str, topics: list[str]) -> dict[str, int]:
-    """Topic -> how many records it holds (high less low watermark of each partition): what a sink of it must hold
-    when nothing was deleted or compacted away."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-    try:
-        held = {}
-        metadata = consumer.list_topics(timeout=30).topics
-        for topic in topics:
-            marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                     for p in metadata[topic].partitions]
-            held[topic] = sum(high - low for low, high in marks)
-        return held
-    finally:
-        consumer.close()
-
-
 class ControlTail:
     """Every message of the control topic, decoded, from the beginning (the protocol timeline)."""
 

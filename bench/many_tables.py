@@ -75,13 +75,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.harness import (ControlTail, DeltaLogWatcher, PacedProducer, PhaseFailed, TreeMemory,  # noqa: E402
-                           Version, delta_rs_rows, pct, proc_status, start_broker, stop_on_sigterm, topic_records,
-                           watch)
+                           Version, delta_rs_rows, pct, proc_status, start_broker, stop_on_sigterm, watch)
 from bench.records import make_value, produce_backlog  # noqa: E402
 from bench.report import code_state, fmt, machine  # noqa: E402
 from connector.config import TABLE_TEMPLATE  # noqa: E402
 from connector.routing import table_of_topic  # noqa: E402
-from testkit import LakesinkProcess, create_topic, pipeline_config  # noqa: E402
+from testkit import LakesinkProcess, create_topic, pipeline_config, watermarks  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODES = ("backlog", "steady")
@@ -429,7 +428,8 @@ def run_steady(work: Path, bootstrap: str, layout: Layout, txn_interval_ms: int,
             paced.stop()
         paced.join()  # raises what stopped it early, if anything did
         expected = layout.produced(paced.produced)
-        held = topic_records(bootstrap, layout.topics)
+        held = {topic: sum(high - low for low, high in watermarks(bootstrap, topic, layout.partitions).values())
+                for topic in layout.topics}
         if held != expected:  # lakesink is held to what the topics hold; this would be the producer's doing
             raise BenchFailed(f"{layout.key}: the topics do not hold what was produced: " + ", ".join(
                 f"{topic} {held[topic]} of {expected[topic]}" for topic in layout.topics if held[topic] != expected[topic]))
