@@ -85,19 +85,24 @@ def test_a_logs_levels_are_counted_by_line_and_its_first_errors_kept_from_lakesi
     import logging
 
     from bench.many_tables import ERRORS_SHOWN, log_levels
-    from connector.observe.logs import setup_logging
+    from connector.observe.logs import ContextFilter, TextFormatter
 
     out = io.StringIO()
-    handler = setup_logging("INFO", "text", "bench", stream=out)
+    handler = logging.StreamHandler(out)  # lakesink's text lines, on a logger of the test's own
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(TextFormatter())
+    logger = logging.getLogger("bench.test.log_levels")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     try:
-        logger = logging.getLogger("bench.test")
         logger.info("an INFO line that names ERROR and WARNING in its text")
         logger.warning("a WARNING")
         for n in range(ERRORS_SHOWN + 1):
             logger.error("error %d", n)
         logger.critical("the end")
     finally:
-        logging.getLogger().removeHandler(handler)
+        logger.removeHandler(handler)
     levels, errors = log_levels(out.getvalue() + "26/11/30 19:48:18 WARN Utils: Spark's own level names\n")
     assert levels == Counter({"WARNING": 1, "ERROR": ERRORS_SHOWN + 1, "CRITICAL": 1})
     assert [line.rsplit(" ", 1)[-1] for line in errors] == [str(n) for n in range(ERRORS_SHOWN)]
