@@ -526,9 +526,9 @@ class PacedProducer:
     of topics to topics[i % len(topics)]. `config` goes to fast_producer; stop() ends it early.
 
     Idempotent: the topics then hold each record once even when a request times out and is sent again. Without it,
-    a broker that answered nothing for 60 s in a many-tables run had appended some of the requests it left
-    unanswered, their retries appended them again, and two tables held one row more than was produced: lakesink's
-    exactly-once check failed on the producer's duplicates."""
+    in a many-tables run whose broker answered nothing for 60 s and whose requests were sent again, two tables held
+    exactly one row more than was produced and lakesink's exactly-once check failed: most likely retried requests
+    the broker had already appended (inferred from the counts; the tables were gone)."""
 
     def __init__(self, bootstrap: str, topic: str | list[str], rate: int, record, seconds: float = float("inf"),
                  limit: int | None = None, config: dict | None = None):
